@@ -1,0 +1,97 @@
+"""Shared test fixtures: the local Messages API and two ways to run a step.
+
+- `standin`: a fresh stand-in server per test (agents/offline.py). Script it with
+  `standin.policy = ScriptedModel([...])`; inspect `standin.requests` / `standin.rejected`.
+- `run_step(name, stdin)`: the script as a learner runs it - a subprocess whose
+  ANTHROPIC_BASE_URL is the stand-in - in a fresh working folder.
+- `load_step(name)`: the script imported in-process (cwd = a fresh folder), for unit tests.
+
+No test talks to the internet: every ANTHROPIC_* variable is removed, and the SDK's
+config folder points into a temp folder.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+AGENTS = REPO / "agents"
+sys.path.insert(0, str(AGENTS))  # so tests can `import offline`
+
+from offline import StandIn, scripted_input  # noqa: E402
+
+STEPS = sorted(p.stem for p in AGENTS.glob("s[0-9][0-9]_*.py"))
+
+
+@pytest.fixture(autouse=True)
+def offline_env(monkeypatch, tmp_path_factory):
+    for key in list(os.environ):
+        if key.startswith("ANTHROPIC_") or key == "MODEL_ID":
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path_factory.mktemp("anthropic-config")))
+
+
+@pytest.fixture
+def standin():
+    with StandIn() as server:
+        yield server
+
+
+@pytest.fixture
+def workdir(tmp_path) -> Path:
+    folder = tmp_path / "work"
+    folder.mkdir()
+    return folder.resolve()
+
+
+def step_env(server: StandIn, extra: dict) -> dict:
+    """The environment of a step under test; a value of None removes that variable."""
+    env = dict(os.environ, ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="test-key",
+               PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8")
+    env.update(extra)
+    return {key: value for key, value in env.items() if value is not None}
+
+
+@pytest.fixture
+def run_step(standin, workdir):
+    """Run agents/<name>.py as a subprocess with `stdin` typed at its prompt."""
+
+    def run(name: str, stdin: str = "", args=(), env=None, cwd=None, timeout=60, script=None):
+        script = script or AGENTS / f"{name}.py"
+        full_env = step_env(standin, env or {})
+        return subprocess.run([sys.executable, str(script), *args], input=stdin, text=True,
+                              encoding="utf-8", capture_output=True, cwd=cwd or workdir,
+                              env=full_env, timeout=timeout)
+
+    return run
+
+
+@pytest.fixture
+def load_step(standin, workdir, monkeypatch):
+    """Import agents/<name>.py as a fresh module whose WORKDIR is `workdir`."""
+
+    def load(name: str):
+        monkeypatch.chdir(workdir)
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", standin.url)
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+        spec = importlib.util.spec_from_file_location(f"{name}_{uuid.uuid4().hex}", AGENTS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
+
+
+@pytest.fixture
+def type_lines(monkeypatch):
+    """Feed lines to input() for an in-process REPL; EOF after the last one."""
+
+    def feed(*lines: str):
+        monkeypatch.setattr("builtins.input", scripted_input(list(lines)))
+
+    return feed
