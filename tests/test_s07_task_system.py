@@ -1,0 +1,517 @@
+"""s07: the persistent task board - its rules, its races, its tools, and a learner's run.
+
+Units use the script's TaskManager directly (loaded once; importing it has no side effects).
+The two races use real processes. The tool layer, slash commands and the REPL run against
+the local stand-in; one end-to-end test runs the script as a subprocess, twice.
+"""
+
+import importlib.util
+import json
+import multiprocessing
+import os
+import random
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from conftest import AGENTS
+
+from offline import ScriptedModel, latest_results, tool_use
+
+STEP = "s07_task_system"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location(f"{STEP}_units", AGENTS / f"{STEP}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+s07 = load_script()
+TaskError = s07.TaskError
+
+
+@pytest.fixture
+def tasks_dir(tmp_path):
+    return tmp_path / ".tasks"
+
+
+@pytest.fixture
+def board(tasks_dir):
+    return s07.TaskManager(tasks_dir)
+
+
+def error_of(call, *args, **kwargs) -> TaskError:
+    with pytest.raises(TaskError) as caught:
+        call(*args, **kwargs)
+    return caught.value
+
+
+def snapshot(folder: Path) -> dict:
+    """Every file's bytes and inode: a rewrite with the same bytes still shows (os.replace = new inode)."""
+    return {p.name: (p.read_bytes(), p.stat().st_ino) for p in sorted(folder.iterdir())}
+
+
+def diamond(board):
+    """1 unblocks 2 and 3, which both gate 4."""
+    board.create("Plan")
+    board.create("Build", blocked_by=[1])
+    board.create("Document", blocked_by=[1])
+    board.create("Ship", blocked_by=[2, 3])
+
+
+# --- storage -------------------------------------------------------------------
+
+def test_create_writes_one_file_per_task_and_the_highwatermark(board, tasks_dir):
+    first = board.create("  Plan the work  ", "why and how")
+    second = board.create("Do the work", blocked_by=[first["id"]])
+    assert (first["id"], second["id"]) == (1, 2)
+    stored = json.loads((tasks_dir / "task_2.json").read_text())
+    assert stored["subject"] == "Do the work" and stored["blockedBy"] == [1]
+    assert set(stored) == {"id", "subject", "description", "status", "blockedBy", "owner",
+                           "created_at", "updated_at"}  # `blocks` is never stored
+    assert json.loads((tasks_dir / "task_1.json").read_text())["subject"] == "Plan the work"
+    assert (tasks_dir / ".highwatermark").read_text().strip() == "2"
+    assert sorted(p.name for p in tasks_dir.glob("task_*.json")) == ["task_1.json", "task_2.json"]
+
+
+def test_timestamps_are_utc_iso8601(board):
+    task = board.create("Plan")
+    for field in ("created_at", "updated_at"):
+        stamp = datetime.fromisoformat(task[field])
+        assert stamp.utcoffset() == timedelta(0)
+
+
+def test_constructing_and_reading_an_empty_board_creates_nothing(tasks_dir):
+    board = s07.TaskManager(tasks_dir)
+    assert board.list() == [] and board.ready() == []
+    assert error_of(board.get, 1).code == "NOT_FOUND"
+    assert not tasks_dir.exists()
+
+
+# --- validation rules ----------------------------------------------------------------
+
+def test_subject_must_not_be_blank(board):
+    assert error_of(board.create, "   ").code == "INVALID_ARGS"
+    board.create("Plan")
+    assert error_of(board.update, 1, subject=" \n").code == "INVALID_ARGS"
+    assert board.get(1)["subject"] == "Plan"
+
+
+def test_ids_may_arrive_as_int_or_numeric_string(board):
+    board.create("Plan")
+    board.create("Build", blocked_by=["1"])
+    assert board.get("2")["blockedBy"] == [1]
+    assert board.update(" 2 ", subject="Build it")["subject"] == "Build it"
+    for bad in ("two", "-1", "0", 1.5, True, None, "1e3"):
+        assert error_of(board.get, bad).code == "INVALID_ARGS"
+
+
+def test_unknown_ids_are_rejected(board):
+    board.create("Plan")
+    assert error_of(board.update, 9, status="completed").code == "NOT_FOUND"
+    assert error_of(board.get, 9).code == "NOT_FOUND"
+    assert error_of(board.create, "Build", blocked_by=[9]).code == "INVALID_DEPENDENCY"
+    assert error_of(board.update, 1, add_blocks=[9]).code == "INVALID_DEPENDENCY"
+    assert board.list()[0]["blockedBy"] == [] and len(board.list()) == 1
+
+
+def test_self_edges_are_rejected(board):
+    board.create("Plan")
+    assert error_of(board.update, 1, add_blocked_by=[1]).code == "INVALID_DEPENDENCY"
+    assert error_of(board.update, 1, add_blocks=["1"]).code == "INVALID_DEPENDENCY"
+
+
+def test_edges_to_deleted_tasks_are_rejected(board):
+    board.create("Plan")
+    board.create("Build")
+    board.update(1, status="deleted")
+    assert error_of(board.update, 2, add_blocked_by=[1]).code == "INVALID_DEPENDENCY"
+    assert error_of(board.create, "Ship", blocked_by=[1]).code == "INVALID_DEPENDENCY"
+    assert error_of(board.update, 1, subject="Revive").code == "INVALID_STATUS"
+
+
+def test_cycle_error_names_the_whole_cycle(board):
+    for subject in "ABCDE":
+        board.create(subject)
+    board.update(5, add_blocked_by=[3])
+    error = error_of(board.update, 3, add_blocked_by=[5])
+    assert error.code == "INVALID_DEPENDENCY" and "3 -> 5 -> 3" in str(error)
+    board.update(1, add_blocks=[2])
+    board.update(2, add_blocks=[4])
+    error = error_of(board.update, 4, add_blocks=[1])  # closes 1 -> 2 -> 4 -> 1
+    assert "4 -> 1 -> 2 -> 4" in str(error)
+
+
+def test_blocked_task_cannot_start_or_complete(board):
+    diamond(board)
+    board.update(1, status="completed")
+    board.update(2, status="in_progress")
+    for status in ("in_progress", "completed"):
+        error = error_of(board.update, 4, status=status)
+        assert error.code == "INVALID_STATUS"
+        assert "2 (in_progress)" in str(error) and "3 (pending)" in str(error)
+    assert board.get(4)["status"] == "pending"
+
+
+def test_failed_blocker_keeps_dependents_blocked_until_reopened(board):
+    board.create("Fetch data")
+    board.create("Analyse", blocked_by=[1])
+    failed = board.update(1, status="failed")
+    assert "unblocked" not in failed
+    assert [t["id"] for t in board.ready()] == []
+    assert error_of(board.update, 2, status="in_progress").code == "INVALID_STATUS"
+    board.update(1, status="pending")
+    assert board.update(1, status="completed")["unblocked"] == [2]
+    assert [t["id"] for t in board.ready()] == [2]
+
+
+def test_delete_removes_the_task_from_every_blocked_by_and_reports_unblocked(board, tasks_dir):
+    diamond(board)
+    board.update(1, status="completed")
+    board.update(2, status="completed")
+    result = board.update(3, status="deleted")
+    assert result["status"] == "deleted" and result["unblocked"] == [4]
+    assert json.loads((tasks_dir / "task_4.json").read_text())["blockedBy"] == [2]
+    assert [t["id"] for t in board.list()] == [1, 2, 4]
+    assert [t["id"] for t in board.list(include_deleted=True)] == [1, 2, 3, 4]
+
+
+def test_expected_status_makes_an_update_compare_and_set(board):
+    board.create("Plan")
+    error = error_of(board.update, 1, status="in_progress", owner="bob", expected_status="completed")
+    assert error.code == "CONFLICT" and board.get(1)["owner"] == ""
+    done = board.update(1, status="in_progress", owner="bob", expected_status="pending")
+    assert (done["status"], done["owner"]) == ("in_progress", "bob")
+
+
+def test_rejected_update_leaves_every_file_byte_identical(board, tasks_dir):
+    diamond(board)
+    board.update(1, status="completed")
+    before = snapshot(tasks_dir)
+    # valid parts first (subject, owner, an edge to another task), then a cycle-closing edge last
+    error = error_of(board.update, 2, subject="New name", owner="bob", add_blocks=[3], add_blocked_by=[4])
+    assert error.code == "INVALID_DEPENDENCY"
+    assert error_of(board.update, 3, status="completed", add_blocks=[2], remove_blocks=[2]).code == "INVALID_ARGS"
+    assert error_of(board.update, 4, description="x", status="completed").code == "INVALID_STATUS"
+    assert snapshot(tasks_dir) == before
+
+
+def test_completing_a_task_writes_only_its_own_file(board, tasks_dir):
+    board.create("Base")
+    for n in range(10):
+        board.create(f"Dependent {n}", blocked_by=[1])
+    before = snapshot(tasks_dir)
+    result = board.update(1, status="completed")
+    assert result["unblocked"] == list(range(2, 12))
+    after = snapshot(tasks_dir)
+    changed = {name for name in before if before[name] != after[name]}
+    assert changed == {"task_1.json"}
+
+
+def test_an_update_that_changes_nothing_writes_nothing(board, tasks_dir):
+    board.create("Plan")
+    before = snapshot(tasks_dir)
+    board.update(1, subject="Plan", status="pending")
+    assert snapshot(tasks_dir) == before
+
+
+# --- the graph ---------------------------------------------------------------------------
+
+def test_blocks_is_derived_from_blocked_by(board, tasks_dir):
+    diamond(board)
+    assert board.get(1)["blocks"] == [2, 3]
+    assert board.get(3)["blocks"] == [4]
+    board.update(4, remove_blocked_by=[3])
+    assert board.get(3)["blocks"] == []
+    board.update(3, add_blocks=[4])  # stored on the other end: task 4's blockedBy
+    assert json.loads((tasks_dir / "task_4.json").read_text())["blockedBy"] == [2, 3]
+    assert "blocks" not in json.loads((tasks_dir / "task_3.json").read_text())
+
+
+def test_list_is_ordered_by_id_numerically(board):
+    for n in range(12):
+        board.create(f"Task {n + 1}")
+    assert [t["id"] for t in board.list()] == list(range(1, 13))
+
+
+def test_ids_are_never_reused_after_delete(board, tasks_dir):
+    board.create("A")
+    board.create("B")
+    board.update(2, status="deleted")
+    assert board.create("C")["id"] == 3
+    (tasks_dir / "task_3.json").unlink()  # even a file removed by hand does not give its id back
+    assert s07.TaskManager(tasks_dir).create("D")["id"] == 4
+
+
+def test_a_lost_highwatermark_never_overwrites_a_task(board, tasks_dir):
+    board.create("A")
+    board.create("B")
+    (tasks_dir / ".highwatermark").unlink()
+    assert board.create("C")["id"] == 3
+    assert board.get(1)["subject"] == "A"
+
+
+def test_reopening_a_task_reblocks_its_dependents(board):
+    board.create("Build")
+    board.create("Release", blocked_by=[1])
+    board.update(1, status="completed")
+    assert [t["id"] for t in board.ready()] == [2]
+    board.update(1, status="pending")
+    assert board.ready()[0]["id"] == 1 and len(board.ready()) == 1
+    assert error_of(board.update, 2, status="in_progress").code == "INVALID_STATUS"
+
+
+def test_unblocked_lists_only_tasks_whose_last_blocker_finished(board):
+    diamond(board)
+    assert board.update(1, status="completed")["unblocked"] == [2, 3]
+    assert board.update(2, status="completed")["unblocked"] == []
+    assert board.update(3, status="completed")["unblocked"] == [4]
+    assert "unblocked" not in board.update(4, status="in_progress")
+
+
+def test_ready_means_pending_unowned_and_unblocked(board):
+    diamond(board)
+    board.create("Side job")
+    board.update(5, owner="carol")
+    assert [t["id"] for t in board.ready()] == [1]
+    board.update(1, status="completed")
+    assert [t["id"] for t in board.ready()] == [2, 3]
+
+
+def test_claim_is_compare_and_set(board):
+    diamond(board)
+    assert error_of(board.claim, 2, "alice").code == "INVALID_STATUS"  # still blocked
+    claimed = board.claim(1, "alice")
+    assert (claimed["status"], claimed["owner"]) == ("in_progress", "alice")
+    error = error_of(board.claim, 1, "bob")
+    assert error.code == "CONFLICT" and "alice" in str(error)
+    assert board.get(1)["owner"] == "alice"
+    assert error_of(board.claim, 3, "  ").code == "INVALID_ARGS"
+
+
+def test_list_filters_by_status(board):
+    diamond(board)
+    board.update(1, status="completed")
+    assert [t["id"] for t in board.list(status="completed")] == [1]
+    assert [t["id"] for t in board.list(status="pending")] == [2, 3, 4]
+    assert error_of(board.list, status="done").code == "INVALID_STATUS"
+
+
+def test_unknown_status_is_rejected(board):
+    board.create("Plan")
+    error = error_of(board.update, 1, status="done")
+    assert error.code == "INVALID_STATUS" and "completed" in str(error)
+
+
+# --- corrupt files -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, content, reason", [
+    ("task_2.json", "{not json", "cannot be read as JSON"),
+    ("task_2.json", None, "unknown status 'done'"),
+    ("task_1.json", None, "dependency cycle 1 -> 2 -> 1"),
+])
+def test_corrupt_file_is_reported_with_path_and_reason_and_never_overwritten(board, tasks_dir, name, content, reason):
+    board.create("A")
+    board.create("B", blocked_by=[1])
+    if content is None and "status" in reason:
+        record = json.loads((tasks_dir / name).read_text())
+        content = json.dumps({**record, "status": "done"})
+    elif content is None:  # hand-edit task 1 to wait for task 2: a cycle no API call could create
+        record = json.loads((tasks_dir / name).read_text())
+        content = json.dumps({**record, "blockedBy": [2]})
+    (tasks_dir / name).write_text(content)
+    before = snapshot(tasks_dir)
+    for attempt in (board.list, lambda: board.update(2, status="completed"), lambda: board.update(1, subject="x")):
+        with pytest.raises(s07.CorruptTaskFile) as caught:
+            attempt()
+        assert reason in str(caught.value) and str(tasks_dir / name) in str(caught.value)
+    assert snapshot(tasks_dir) == before
+
+
+# --- real processes racing for the board -------------------------------------------------
+
+def create_many(tasks_dir, worker, count, results):
+    board = s07.TaskManager(Path(tasks_dir))
+    results.put([board.create(f"worker {worker} task {n}")["id"] for n in range(count)])
+
+
+def claim_all(tasks_dir, worker, results):
+    board = s07.TaskManager(Path(tasks_dir))
+    ids = list(range(1, 201))
+    random.Random(worker).shuffle(ids)
+    won = []
+    for task_id in ids:
+        try:
+            won.append(board.claim(task_id, f"w{worker}")["id"])
+        except TaskError as error:
+            assert error.code == "CONFLICT"
+    results.put((f"w{worker}", won))
+
+
+def run_processes(target, args_for) -> list:
+    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+    results = context.Queue()
+    procs = [context.Process(target=target, args=(*args_for(n), results)) for n in range(8)]
+    for proc in procs:
+        proc.start()
+    collected = [results.get(timeout=60) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=30)
+        assert proc.exitcode == 0
+    return collected
+
+
+def test_eight_processes_creating_at_once_get_distinct_ids(tasks_dir):
+    ids = [i for batch in run_processes(create_many, lambda n: (str(tasks_dir), n, 50)) for i in batch]
+    assert len(ids) == 400 and set(ids) == set(range(1, 401))
+    assert len(list(tasks_dir.glob("task_*.json"))) == 400
+    assert (tasks_dir / ".highwatermark").read_text().strip() == "400"
+
+
+def test_eight_processes_claiming_at_once_claim_each_task_exactly_once(board, tasks_dir):
+    for n in range(200):
+        board.create(f"job {n}")
+    outcome = run_processes(claim_all, lambda n: (str(tasks_dir), n))
+    claims = [(owner, task_id) for owner, won in outcome for task_id in won]
+    assert sorted(task_id for _, task_id in claims) == list(range(1, 201))
+    owners = {t["id"]: t["owner"] for t in board.list()}
+    assert all(owners[task_id] == owner for owner, task_id in claims)
+    assert board.ready() == []
+
+
+# --- the tools, as the model uses them ---------------------------------------------------
+
+@pytest.fixture
+def agent(load_step):
+    return load_step(STEP)
+
+
+def run_turns(agent, standin, *turns) -> list:
+    """Play scripted turns through the real loop; return the tool results of each turn."""
+    standin.policy = ScriptedModel([*turns, ["done"]])
+    agent.agent_loop([{"role": "user", "content": "go"}])
+    assert standin.rejected == []
+    return [latest_results(request) for request in standin.requests[1:]]
+
+
+def test_tasks_created_in_one_turn_may_depend_on_earlier_ones(agent, standin, workdir):
+    [results] = run_turns(agent, standin, [
+        tool_use("task_create", {"subject": "Design"}),
+        tool_use("task_create", {"subject": "Build", "blockedBy": [1]}),
+        tool_use("task_create", {"subject": "Test", "blockedBy": ["2"]}),
+    ])
+    assert [r.get("is_error", False) for r in results] == [False, False, False]
+    assert [json.loads(r["content"])["blockedBy"] for r in results] == [[], [1], [2]]
+    assert json.loads((workdir / ".tasks" / "task_3.json").read_text())["blockedBy"] == [2]
+
+
+def test_tool_descriptions_say_to_use_only_returned_ids(agent):
+    tools = {tool["name"]: tool for tool in agent.TOOLS}
+    assert set(agent.TASK_TOOL_HANDLERS) == {"task_create", "task_update", "task_get", "task_list"} <= set(tools)
+    for name in ("task_create", "task_update"):
+        assert "only ids that an earlier tool result returned" in tools[name]["description"]
+    update = tools["task_update"]["input_schema"]["properties"]
+    assert {"task_id", "status", "subject", "description", "owner", "addBlockedBy", "removeBlockedBy",
+            "addBlocks", "removeBlocks"} == set(update)
+
+
+def test_task_list_is_a_compact_board_without_descriptions(agent, standin):
+    agent.TASKS.create("Plan", "a long description the list must not repeat")
+    agent.TASKS.create("Build", blocked_by=[1])
+    agent.TASKS.create("Review", blocked_by=[1])
+    agent.TASKS.create("Ship", blocked_by=[2, 3])
+    agent.TASKS.update(1, status="completed")
+    agent.TASKS.claim(2, "alice")
+    agent.TASKS.update(3, status="deleted")
+    [[board], [everything]] = run_turns(agent, standin, [tool_use("task_list", {})],
+                                        [tool_use("task_list", {"include_deleted": True})])
+    assert board["content"].splitlines() == [
+        "[x] #1 Plan",
+        "[>] #2 Build  @alice",
+        "[ ] #4 Ship  (blocked by #2)",
+        "3 tasks: 1 pending, 1 in_progress, 1 completed, 0 failed; ready now: none",
+    ]
+    assert "[-] #3 Review" in everything["content"] and "description" not in everything["content"]
+
+
+@pytest.mark.parametrize("call, expected", [
+    (tool_use("task_update", {"task_id": 2, "status": "in_progress"}), "INVALID_STATUS: task 2 cannot be in_progress"),
+    (tool_use("task_update", {"task_id": 1, "status": "done"}), "INVALID_STATUS: unknown status 'done'"),
+    (tool_use("task_update", {"task_id": 9, "subject": "x"}), "NOT_FOUND: there is no task 9"),
+    (tool_use("task_get", {"task_id": "one"}), "INVALID_ARGS: a task id must be a positive integer"),
+    (tool_use("task_create", {"subject": " "}), "INVALID_ARGS: subject must not be empty"),
+    (tool_use("task_update", {"task_id": 1, "addBlockedBy": [2]}), "INVALID_DEPENDENCY: that would close a dependency cycle 1 -> 2 -> 1"),
+    (tool_use("task_list", {"status": "blocked"}), "INVALID_STATUS: unknown status 'blocked'"),
+], ids=["blocked", "bad-status", "unknown-id", "bad-id", "blank-subject", "cycle", "bad-filter"])
+def test_refused_task_calls_become_error_results_that_say_why(agent, standin, call, expected):
+    agent.TASKS.create("Plan")
+    agent.TASKS.create("Build", blocked_by=[1])
+    [[result]] = run_turns(agent, standin, [call])
+    assert result["is_error"] is True and expected in result["content"]
+
+
+def test_completion_result_reports_unblocked_first(agent, standin):
+    agent.TASKS.create("Plan")
+    agent.TASKS.create("Build", blocked_by=[1])
+    [[result]] = run_turns(agent, standin, [tool_use("task_update", {"task_id": "1", "status": "completed"})])
+    assert result["content"].startswith('{"unblocked": [2], "id": 1')
+
+
+def test_slash_commands_print_the_board_and_a_mermaid_graph(agent, standin, type_lines, capsys):
+    agent.TASKS.create("Plan")
+    agent.TASKS.create('Build the "core"', blocked_by=[1])
+    type_lines("/tasks", "/graph")
+    agent.repl()
+    out = capsys.readouterr().out
+    assert '[ ] #2 Build the "core"  (blocked by #1)' in out
+    assert "flowchart TD" in out and "t1 --> t2" in out
+    assert """t2["2: Build the 'core'<br/>pending"]:::pending""" in out
+    assert standin.requests == []
+
+
+def test_a_corrupt_board_is_reported_and_the_repl_keeps_running(agent, standin, type_lines, capsys, workdir):
+    agent.TASKS.create("Plan")
+    broken = workdir / ".tasks" / "task_1.json"
+    broken.write_text('{"id": 1, "status": "pending"')
+    standin.policy = ScriptedModel([[tool_use("task_list", {})], ["I see the board file is broken."]])
+    type_lines("/tasks", "show the board", "/graph")
+    agent.repl()
+    out = capsys.readouterr().out
+    assert out.count(f"[task board] {broken}: cannot be read as JSON") == 2  # /tasks and /graph
+    [result] = latest_results(standin.requests[1])
+    assert result["is_error"] is True and str(broken) in result["content"]
+    assert "I see the board file is broken." in out
+    assert broken.read_text() == '{"id": 1, "status": "pending"'
+
+
+# --- as a learner runs it ----------------------------------------------------------------
+
+def test_subprocess_run_plans_on_disk_and_a_second_run_finds_the_board(run_step, standin, workdir):
+    standin.policy = ScriptedModel([
+        [tool_use("task_create", {"subject": "Design"})],
+        [tool_use("task_create", {"subject": "Build", "blockedBy": [1]}),
+         tool_use("task_update", {"task_id": 1, "status": "completed"})],
+        ["Planned; Build is ready."],
+    ])
+    first = run_step(STEP, "plan it\n/graph\n")
+    assert first.returncode == 0, first.stderr
+    assert "s07 >> " in first.stdout and '"unblocked": [2]' in first.stdout
+    assert "t1 --> t2" in first.stdout and "Planned; Build is ready." in first.stdout
+    assert sorted(p.name for p in (workdir / ".tasks").iterdir()) == [
+        ".highwatermark", ".lock", "task_1.json", "task_2.json"]
+    second = run_step(STEP, "/tasks\n")  # a new process: everything it knows comes from .tasks/
+    assert second.returncode == 0, second.stderr
+    assert "[x] #1 Design\n[ ] #2 Build\n2 tasks:" in second.stdout and "ready now: #2" in second.stdout
+    assert standin.rejected == []
+
+
+def test_offline_demo_shows_the_refusal_the_unblocking_and_the_restart(run_step):
+    done = run_step(STEP, env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_BASE_URL": None})
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "ERROR Error: INVALID_STATUS: task 4 cannot be in_progress while blocked by 2 (pending), 3 (pending)" in out
+    assert '"unblocked": [2, 3]' in out and '"unblocked": [4]' in out
+    restart = out[out.index("Restart: a fresh TaskManager"):]
+    assert "[x] #3 Write the docs" in restart and "ready() -> ['#4 Ship v1']" in restart
