@@ -7,14 +7,13 @@ kept in memory by the harness. The harness also counts model calls that ignore
 the list; after NAG_AFTER of them, while items are unfinished, it attaches a
 reminder to the next request - to that request only, never to the history:
 
-    history (the faithful record)            request actually sent
-    ---------------------------------        -------------------------------------
-    user: "build it"                         user: "build it"
-    assistant: todo_write x3  ----+          assistant: todo_write x3
-    user: tool_results            |          user: tool_results
-    ...  3 calls, no todo tool    +-stale->  ...
-    user: tool_result, tool_result           user: tool_result, tool_result,
-                                                   <nag-reminder>unfinished items</nag-reminder>
+    history (what is kept)               the request actually sent
+    ---------------------------------    ------------------------------------------
+    user: "build it"                     user: "build it"
+    assistant: todo_write x3 (the plan)  assistant: todo_write x3 (the plan)
+    ... 3 model calls, no todo tool ...  ... the same ...
+    user: tool_result, tool_result       user: tool_result, tool_result,
+                                               <nag-reminder>...</nag-reminder>  <- here only
 
     TodoManager (memory, one per session):  t1 [done] (high) ...
                                             t2 [in_progress] (normal) ...
