@@ -217,6 +217,15 @@ def test_an_update_that_changes_nothing_writes_nothing(board, tasks_dir):
     assert snapshot(tasks_dir) == before
 
 
+
+def test_a_failed_write_leaves_the_old_file_and_no_temp_files(tmp_path):
+    target = tmp_path / "task_1.json"
+    s07.write_json_atomic(target, {"id": 1})
+    with pytest.raises(TypeError):
+        s07.write_json_atomic(target, {"id": 1, "oops": object()})  # fails halfway through json.dump
+    assert json.loads(target.read_text()) == {"id": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["task_1.json"]
+
 # --- the graph ---------------------------------------------------------------------------
 
 def test_blocks_is_derived_from_blocked_by(board, tasks_dir):
