@@ -253,7 +253,9 @@ def record_reply(messages: list, response) -> None:
 
 
 def shorten(text: str) -> str:
-    return text if len(text) <= SUMMARY_CLIP else text[:SUMMARY_CLIP] + f" ...[{len(text) - SUMMARY_CLIP:,} more chars]"
+    if len(text) <= SUMMARY_CLIP:
+        return text
+    return text[:SUMMARY_CLIP] + f" ...[{len(text) - SUMMARY_CLIP:,} more chars]"
 
 
 def render_for_summary(messages: list) -> str:
