@@ -140,12 +140,11 @@ def run_edit(path: str, old_text: str, new_text: str) -> str:
     return f"Edited {path}"
 
 
-# =============================================================================
-# s07: the task board - a dependency graph on disk that outlives the conversation
-# =============================================================================
-# One JSON file per task in .tasks/, plus .highwatermark (last id handed out) and
-# .lock (the cross-process lock). Only `blockedBy` is stored; `blocks` is derived
-# when reading, so there is exactly one source of truth for every edge.
+# -- s07: the task board - a dependency graph on disk that outlives the chat -----
+# One JSON file per task in .tasks/, plus .highwatermark (the last id handed out)
+# and .lock (the cross-process lock). Only `blockedBy` is stored; `blocks` is
+# derived when reading, so every edge has exactly one source of truth. Every
+# change: lock, re-read, validate everything, then write only what changed.
 import contextlib
 import tempfile
 from datetime import datetime, timezone
@@ -325,7 +324,7 @@ class TaskManager:
         self.lock_path = self.dir / ".lock"
         self.highwatermark_path = self.dir / ".highwatermark"
 
-    # --- reading (call with the lock held) ---------------------------------------
+    # reading (callers hold the lock)
 
     def _path(self, task_id: int) -> Path:
         return self.dir / f"task_{task_id}.json"
@@ -389,7 +388,7 @@ class TaskManager:
                     blocks.setdefault(blocker, []).append(other["id"])
         return [{**t, "blockedBy": list(t["blockedBy"]), "blocks": blocks[t["id"]]} for t in tasks]
 
-    # --- the rules, as pure functions of the board -------------------------------
+    # the rules, as functions of a board in memory
 
     @staticmethod
     def _open_blockers(task: dict, board: dict[int, dict]) -> list[int]:
@@ -418,7 +417,7 @@ class TaskManager:
     def _blocked_pending(self, board: dict[int, dict]) -> set[int]:
         return {i for i, t in board.items() if t["status"] == "pending" and self._open_blockers(t, board)}
 
-    # --- changing the board ------------------------------------------------------------
+    # changing the board
 
     def create(self, subject: str, description: str = "", blocked_by=None) -> dict:
         subject = clean_text(subject, "subject", required=True)
@@ -543,7 +542,7 @@ class TaskManager:
             if task_id in after[other]["blockedBy"]:
                 after[other]["blockedBy"].remove(task_id)
 
-    # --- reading the board -----------------------------------------------------------
+    # reading the board
 
     def get(self, task_id) -> dict:
         task_id = parse_task_id(task_id)
@@ -572,7 +571,7 @@ class TaskManager:
         return self._public([t for t in board.values() if listed(t, status, include_deleted)], board)
 
 
-# --- views: a compact board for the model, Mermaid for humans --------------------
+# Views: a compact board for the model, Mermaid text for humans.
 
 def render_board(tasks: list[dict], status: str | None = None, include_deleted: bool = False) -> str:
     """One line per task (no descriptions: task_get has them), then counts per status."""
@@ -612,7 +611,7 @@ def render_mermaid(tasks: list[dict]) -> str:
     return "\n".join(lines)
 
 
-# --- the board as tools (for the model) and slash commands (for you) --------------
+# The board as tools (for the model) and as slash commands (for you).
 TASKS = TaskManager(WORKDIR / ".tasks")  # nothing on disk until the first task is created
 
 ID_NOTE = "Use only ids that an earlier tool result returned; never guess one."
