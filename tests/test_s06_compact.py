@@ -110,7 +110,8 @@ def test_keep_recent_is_respected(agent, keep):
 
 
 # -- The transcript --------------------------------------------------------------------------
-def reading_model(count: int, size: int = 3000) -> ScriptedModel:
+def reading_model(count: int) -> ScriptedModel:
+    """Reads f0.txt, f1.txt, ... one call each, then answers."""
     return ScriptedModel([[tool_use("read_file", {"path": f"f{i}.txt"})] for i in range(count)]
                          + [["read them all"]])
 
@@ -188,6 +189,11 @@ def test_trigger_uses_usage_input_tokens_not_the_estimate(agent, standin):
     agent.record_reply(huge, fake_reply(999))  # ...but the API's own count is below it
     agent.prepare_context(huge)
     assert len(standin.requests) == 1  # no new summary request
+
+    agent.METER.last_input_tokens = None  # no reply yet: the documented estimate decides
+    standin.policy = ScriptedModel([["SUMMARY 2"]])
+    agent.prepare_context(huge)
+    assert len(standin.requests) == 2 and "SUMMARY 2" in huge[0]["content"][0]["text"]
 
 
 def test_estimate_before_first_reply_matches_documented_formula(agent, standin):
@@ -388,7 +394,7 @@ def check(agent, history: list) -> None:
     assert problem is None, f"{problem}\n{json.dumps(history, indent=1)[:3000]}"
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(6))
 def test_fuzz_compaction_at_every_point_keeps_requests_valid(agent, capsys, seed):
     rng = random.Random(seed)
     agent.client = SummaryOnlyClient()
