@@ -396,9 +396,11 @@ def test_team_review_times_out(team, standin):
     team.TEAM_TIMEOUT = 0.2
     gate = threading.Event()
     standin.policy = lambda request: gate.wait(10) and ["too late"]
-    with pytest.raises(TimeoutError, match="no answer from slow"):
-        team.run_team_review("slow", "plan")
-    gate.set()
+    try:
+        with pytest.raises(TimeoutError, match="no answer from slow"):
+            team.run_team_review("slow", "plan")
+    finally:
+        gate.set()  # let the stuck model call finish
 
 
 def test_new_mail_reaches_the_model_after_tool_results(team, standin):
