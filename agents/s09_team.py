@@ -20,7 +20,7 @@ a chat room; it is a few plain files and one loop per teammate:
 A request has an id; its answer carries in_reply_to = that id. The protocols
 plan_approval and shutdown ride inside the content as JSON. Every append takes
 a cross-process lock and writes one whole line, so threads and processes can
-share a mailbox; readers keep a byte offset per cursor and never re-read it all.
+share a mailbox; readers keep a byte offset per cursor instead of re-reading.
 
 Key insight: agents coordinate through files and ids, not through each other's
 memory - the lead reads its teammates' answers from a mailbox like anyone else.
@@ -142,9 +142,7 @@ def run_edit(path: str, old_text: str, new_text: str) -> str:
     return f"Edited {path}"
 
 
-# =============================================================================
-# s09: teammates, JSONL mailboxes and request/response protocols
-# =============================================================================
+# -- s09: teammates, JSONL mailboxes and request/response protocols --------------
 # A team is four plain parts: who the teammates are (.team.json), how a message
 # reaches one (an append-only JSONL mailbox per agent), how a request finds its
 # answer (an id and an in_reply_to), and one loop per teammate that reads its
@@ -164,7 +162,7 @@ else:
     import fcntl
 
 
-# --- cross-process helpers (the same two as in s07) ----------------------------
+# --- cross-process helpers (the same two as in s07) -----------------------------
 @contextlib.contextmanager
 def file_lock(lock_path: Path):
     """Hold an exclusive lock on lock_path; it excludes other threads and other processes."""
@@ -206,7 +204,7 @@ def write_json_atomic(path: Path, data) -> None:
         raise
 
 
-# --- who the teammates are: .team.json -------------------------------------------
+# --- who the teammates are: .team.json ------------------------------------------
 AGENT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 LEAD = "main"  # the REPL's own mailbox
 TEAM_TIMEOUT = 120  # seconds team_review / team_shutdown wait for an answer
@@ -275,7 +273,7 @@ class TeammateManager:
             write_json_atomic(self.path, data)
 
 
-# --- how a message reaches an agent: one JSONL mailbox each ------------------------
+# --- how a message reaches an agent: one JSONL mailbox each ---------------------
 MSG_TYPES = ("request", "response", "broadcast", "message")
 
 
@@ -435,7 +433,7 @@ class MessageBus:
             return 0
 
 
-# --- how a request finds its answer: ids, in_reply_to, protocols ---------------------
+# --- how a request finds its answer: ids, in_reply_to, protocols ----------------
 PROTOCOLS = ("plan_approval", "shutdown")
 
 
@@ -502,7 +500,7 @@ class ProtocolFSM:
             self.bus.wait_for_message(self.agent, remaining)
 
 
-# --- teammates: one background loop per spawned teammate -----------------------------
+# --- teammates: one background loop per spawned teammate ------------------------
 TEAMMATE_TOOLS = ("bash", "read_file", "write_file", "edit_file")  # managing the team stays with the lead
 PLAN_REVIEW = ("Review the plan below. Start your answer with APPROVE or REJECT, "
                "then give one short reason.\n\nPlan:\n{plan}")
@@ -598,7 +596,7 @@ class TeammateLoop:
             return f"error: {self.name} could not answer ({type(error).__name__}: {error})"
 
 
-# --- the lead's side: team tools, its inbox, REPL commands ---------------------------
+# --- the lead's side: team tools, its inbox, REPL commands ----------------------
 SESSION_ID = datetime.now().strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
 TEAM = TeammateManager(WORKDIR / ".team.json")
 BUS = MessageBus(WORKDIR / ".mailbox" / SESSION_ID)  # nothing is created until first use
