@@ -573,7 +573,7 @@ class TeammateLoop:
     def handle(self, batch: list[Message]) -> None:
         for message in batch:
             protocol, body = decode_protocol(message.content)
-            if protocol == "shutdown":
+            if protocol == "shutdown" and message.msg_type != "response":
                 reply = f"{self.name} is shutting down"
                 self.stopping = True  # the rest of this batch only gets a polite no
             elif message.msg_type == "request":

@@ -329,6 +329,8 @@ def test_teammate_handles_backlog_old_shutdown_new_shutdown_and_failure(team, st
 def test_rest_of_a_batch_after_shutdown_gets_shutting_down(team, standin):
     standin.policy = echo_policy
     loop = team.TeammateLoop({"name": "helper", "role": "helps", "system_prompt": "Helper-bot."}, team.BUS)
+    team.BUS.send(message(team, sender="other", to="helper", msg_type="response",
+                          content=team.encode_protocol("shutdown", "an answer, not an order")))
     before = team.LEAD_FSM.request("helper", None, "first")
     stop = team.LEAD_FSM.request("helper", "shutdown", "stop")
     late = team.LEAD_FSM.request("helper", None, "late")
