@@ -322,6 +322,7 @@ class StandIn:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as two writes; don't stall the second
 
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
