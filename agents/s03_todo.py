@@ -394,6 +394,15 @@ def add_user_text(messages: list, text: str) -> None:
         messages.append({"role": "user", "content": text})
 
 
+def run_slash_command(line: str, history: list) -> None:
+    name, _, arg = line.partition(" ")
+    command = SLASH_COMMANDS.get(name)
+    if command:
+        command(arg.strip(), history)
+    else:
+        print(f"Unknown command {name}. Available: {sorted(SLASH_COMMANDS) or 'none'}")
+
+
 # -- The REPL ---------------------------------------------------------------------
 def repl(prompt: str = "s03 >> ") -> None:  # s03: this step's prompt
     history: list = []
@@ -405,17 +414,12 @@ def repl(prompt: str = "s03 >> ") -> None:  # s03: this step's prompt
             return
         if query.lower() in ("", "q", "exit"):
             return
-        if query.startswith("/"):
-            name, _, arg = query.partition(" ")
-            command = SLASH_COMMANDS.get(name)
-            if command:
-                command(arg.strip(), history)
-            else:
-                print(f"Unknown command {name}. Available: {sorted(SLASH_COMMANDS) or 'none'}")
-            continue
-        add_user_text(history, query)
         try:
-            agent_loop(history)
+            if query.startswith("/"):
+                run_slash_command(query, history)
+            else:
+                add_user_text(history, query)
+                agent_loop(history)
         except KeyboardInterrupt:
             close_turn(history, "interrupted by the user")
             print("\n[turn interrupted; the conversation is kept]")

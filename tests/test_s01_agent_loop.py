@@ -192,6 +192,18 @@ def test_unknown_slash_command_is_explained(agent, standin, type_lines, capsys):
     assert standin.requests == []
 
 
+def test_ctrl_c_in_a_slash_command_keeps_the_repl(agent, standin, type_lines, capsys):
+    def slow(arg, history):
+        raise KeyboardInterrupt
+
+    agent.SLASH_COMMANDS["/slow"] = slow
+    standin.policy = ScriptedModel([["still here"]])
+    type_lines("/slow", "hello")
+    agent.repl()
+    out = capsys.readouterr().out
+    assert "[turn interrupted" in out and "still here" in out
+
+
 # -- API errors and Ctrl-C leave the REPL running and the history valid --------------------
 def test_http_400_keeps_repl_running(agent, standin, type_lines, capsys):
     standin.policy = ScriptedModel([["second answer"]])
