@@ -76,6 +76,25 @@ def test_spine_identity(step):
     assert not problems, f"{step} differs from the s01 spine:\n" + "\n".join(problems)
 
 
+# Steps that carry earlier steps' blocks in their own file (DESIGN.md 3).
+CARRIES = {"s11_autonomous": ["s07_task_system", "s09_team"]}
+
+
+@pytest.mark.parametrize("step,carried", [(s, c) for s, cs in CARRIES.items() for c in cs if s in STEPS])
+def test_carried_block_identity(step, carried):
+    """Units a step adds (beyond the spine) reappear identical where a later step carries them."""
+    spine, earlier, later = spine_units(source(SPINE)), spine_units(source(carried)), spine_units(source(step))
+    problems = []
+    for name, lines in earlier.items():
+        if name in spine:
+            continue  # spine units are checked against s01 above
+        if name not in later:
+            problems.append(f"{name}: missing")
+            continue
+        problems += [f"{name}: {p}" for p in unmarked_changes(lines, later[name])]
+    assert not problems, f"{step} differs from {carried}:\n" + "\n".join(problems)
+
+
 def test_spine_identity_check_can_fail():
     spine = ["def f():", "    return 1"]
     assert unmarked_changes(spine, spine) == []
