@@ -14,6 +14,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -26,6 +27,16 @@ sys.path.insert(0, str(AGENTS))  # so tests can `import offline`
 from offline import StandIn, scripted_input  # noqa: E402
 
 STEPS = sorted(p.stem for p in AGENTS.glob("s[0-9][0-9]_*.py"))
+
+
+def wait_until(condition, timeout: float = 5.0) -> bool:
+    """Poll `condition` until it holds or the deadline passes; the result says which."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return condition()
 
 
 @pytest.fixture(autouse=True)
