@@ -78,7 +78,8 @@ def user_prompt_and_step(request: dict) -> tuple:
     steps = 0
     for message in reversed(request["messages"]):
         if message["role"] == "user":
-            texts = [b["text"] for b in blocks_of(message) if b.get("type") == "text" and not b["text"].startswith(NEWS)]
+            texts = [b["text"] for b in blocks_of(message)
+                     if b.get("type") == "text" and not b["text"].startswith(NEWS)]
             if texts:
                 return texts[-1], steps
         steps += message["role"] == "assistant"
