@@ -262,7 +262,9 @@ def test_eight_processes_on_a_200_task_dag_run_each_task_once_in_order(team, sta
         proc.join(timeout=60)
         assert proc.exitcode == 0
     tasks = team.TASKS.list()
-    assert opened == {n: 1 for n in range(1, 201)}, "each task's prompt reached the model exactly once"
+    twice = sorted(task_id for task_id, count in opened.items() if count > 1)
+    assert not twice, f"{len(twice)} tasks ran more than once: {twice}"
+    assert sorted(opened) == list(range(1, 201)), "each task's prompt reached the model"
     assert all(t["status"] == "completed" and t["result"] == f"done #{t['id']}" for t in tasks)
     assert_dependency_order(tasks)
     assert len({t["owner"] for t in tasks}) > 1, "the work was shared"
