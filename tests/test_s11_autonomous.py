@@ -118,7 +118,7 @@ def test_expired_lease_makes_the_task_claimable_and_the_old_owner_loses_it(team)
 
 
 def test_heartbeat_renews_the_lease_until_the_work_ends(team):
-    team.LEASE_SECONDS = 0.3
+    team.LEASE_SECONDS = 0.6  # a beat every 0.2 s; a stall of 0.4 s would be needed to lose it
     team.TASKS.create("job")
     team.TASKS.claim(1, "w1")
     seen = set()
@@ -126,7 +126,7 @@ def test_heartbeat_renews_the_lease_until_the_work_ends(team):
         assert wait_until(lambda: seen.add(team.TASKS.get(1)["lease_until"]) or len(seen) >= 3)
         assert [t["id"] for t in team.TASKS.ready()] == []  # renewed in time: never up for grabs
     last = team.TASKS.get(1)["lease_until"]
-    assert wait_until(lambda: team.TASKS.ready() != [], timeout=2)  # no more beats: the lease lapses
+    assert wait_until(lambda: team.TASKS.ready() != [], timeout=3)  # no more beats: the lease lapses
     assert team.TASKS.get(1)["lease_until"] == last
 
 
@@ -284,7 +284,7 @@ def test_a_worker_killed_mid_task_loses_it_when_its_lease_lapses(team, standin):
             return ["too late"]
         return ["rescued"]
     standin.policy = policy
-    team.LEASE_SECONDS = 0.6
+    team.LEASE_SECONDS = 1.0  # long enough that a busy machine never costs doomed its claim early
     team.TASKS.create("job")
     team.worker_definition("doomed")
     doomed = FORK.Process(target=worker_process, args=(team, standin.url, "doomed"))
