@@ -1494,7 +1494,10 @@ def agent_state(name: str) -> str:
 
 def reported_running(name: str) -> bool:
     """Alive by its own reports: it may be a --worker process, which this process cannot see."""
-    state = agent_state(name)
+    try:
+        state = agent_state(name)
+    except (CorruptTaskFile, OSError):  # a broken board must not turn a message already sent into an error
+        return False
     return state == "idle" or state.startswith("working on")
 
 
