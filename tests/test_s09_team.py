@@ -23,15 +23,6 @@ def team(load_step):
         loop.stopping = True  # leftover teammates end after their current wait
 
 
-def wait_until(condition, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
-
-
 def message(team, sender="a", to="b", content="hi", **extra):
     return team.Message(from_agent=sender, to_agent=to, content=content, **extra)
 
