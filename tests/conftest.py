@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,37 @@ def offline_env(monkeypatch, tmp_path_factory):
         if key.startswith("ANTHROPIC_") or key == "MODEL_ID":
             monkeypatch.delenv(key)
     monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path_factory.mktemp("anthropic-config")))
+
+
+@dataclass
+class DemoRun:
+    done: subprocess.CompletedProcess
+    seconds: float
+    left_behind: list  # whatever the demo created in the folder it was started from
+
+
+@pytest.fixture(scope="session")
+def offline_demo(tmp_path_factory):
+    """`offline_demo(step)`: the step run with no credentials, as a learner first runs it.
+
+    Each demo runs once per test session; the cross-cutting checks and the step's own
+    test both read the same run.
+    """
+    runs = {}
+
+    def run(step: str) -> DemoRun:
+        if step not in runs:
+            cwd = tmp_path_factory.mktemp(f"demo-{step}")
+            env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+            env.update(PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8",
+                       ANTHROPIC_CONFIG_DIR=str(tmp_path_factory.mktemp("anthropic-config")))
+            started = time.monotonic()
+            done = subprocess.run([sys.executable, str(AGENTS / f"{step}.py")], text=True, encoding="utf-8",
+                                  capture_output=True, cwd=cwd, env=env, timeout=60, stdin=subprocess.DEVNULL)
+            runs[step] = DemoRun(done, time.monotonic() - started, sorted(p.name for p in cwd.iterdir()))
+        return runs[step]
+
+    return run
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ import difflib
 import re
 import subprocess
 import sys
-import time
 
 import pytest
 from conftest import AGENTS, REPO, STEPS
@@ -161,12 +160,10 @@ def test_import_has_no_side_effects(step, tmp_path):
 
 
 @pytest.mark.parametrize("step", STEPS)
-def test_offline_demo_runs_and_leaves_nothing(run_step, step, workdir):
-    started = time.monotonic()
-    done = run_step(step, env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_BASE_URL": None})
-    elapsed = time.monotonic() - started
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr
-    assert "OFFLINE DEMO" in done.stdout and "0 rejected by the validator" in done.stdout
-    assert elapsed < DEMO_SECONDS.get(step, 5), f"demo took {elapsed:.1f}s"
-    assert list(workdir.iterdir()) == [], "the demo must not create files in the current folder"
+def test_offline_demo_runs_and_leaves_nothing(offline_demo, step):
+    demo = offline_demo(step)
+    assert demo.done.returncode == 0, demo.done.stdout[-2000:] + demo.done.stderr
+    assert "OFFLINE DEMO" in demo.done.stdout and "0 rejected by the validator" in demo.done.stdout
+    assert demo.seconds < DEMO_SECONDS.get(step, 5), f"demo took {demo.seconds:.1f}s"
+    assert demo.left_behind == [], "the demo must not create files in the current folder"
     assert (AGENTS / "demos" / f"{step}.py").exists()

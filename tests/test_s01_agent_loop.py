@@ -71,8 +71,8 @@ def test_standalone_copy_without_key_explains(run_step, tmp_path):
     assert "ANTHROPIC_API_KEY" in done.stderr and "offline.py" in done.stderr
 
 
-def test_offline_demo_shows_every_tool(run_step, workdir):
-    done = run_step(STEP, env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_BASE_URL": None})
+def test_offline_demo_shows_every_tool(offline_demo):
+    done = offline_demo(STEP).done
     assert done.returncode == 0, done.stderr
     assert "OFFLINE DEMO" in done.stdout and "SCRIPTED" in done.stdout
     for tool in ("read_file", "write_file", "edit_file", "bash"):

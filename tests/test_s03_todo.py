@@ -275,8 +275,8 @@ def test_subprocess_run_nags_and_lists(run_step, standin, workdir):
     assert standin.rejected == [] and done.stderr == ""
 
 
-def test_offline_demo_shows_the_reminder_at_work(run_step):
-    done = run_step(STEP, env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_BASE_URL": None})
+def test_offline_demo_shows_the_reminder_at_work(offline_demo):
+    done = offline_demo(STEP).done
     assert done.returncode == 0, done.stderr
     out = done.stdout
     planned, nagged, listed = (out.index("Added t3"), out.index("<nag-reminder>"),

@@ -445,8 +445,8 @@ def test_subprocess_run_compacts_and_keeps_a_transcript(run_step, standin, workd
     assert "SUMMARY: three files were read" in record
 
 
-def test_offline_demo_shows_every_layer(run_step):
-    done = run_step(STEP, env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_BASE_URL": None})
+def test_offline_demo_shows_every_layer(offline_demo):
+    done = offline_demo(STEP).done
     out = done.stdout
     assert done.returncode == 0, done.stderr
     assert "[micro] cleared 1 old tool result(s)" in out

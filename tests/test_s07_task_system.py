@@ -516,8 +516,8 @@ def test_subprocess_run_plans_on_disk_and_a_second_run_finds_the_board(run_step,
     assert standin.rejected == []
 
 
-def test_offline_demo_shows_the_refusal_the_unblocking_and_the_restart(run_step):
-    done = run_step(STEP, env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_BASE_URL": None})
+def test_offline_demo_shows_the_refusal_the_unblocking_and_the_restart(offline_demo):
+    done = offline_demo(STEP).done
     assert done.returncode == 0, done.stderr
     out = done.stdout
     assert "ERROR Error: INVALID_STATUS: task 4 cannot be in_progress while blocked by 2 (pending), 3 (pending)" in out

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from offline import ScriptedModel, last_user_text, latest_results, system_text, tool_use
+from conftest import AGENTS
+from offline import ScriptedModel, last_user_text, latest_results, load_demo, system_text, tool_use
 
 STEP = "s09_team"
 
@@ -450,7 +451,7 @@ def test_sessions_do_not_share_mailboxes(load_step):
 
 # -- End to end, as a learner runs it --------------------------------------------------------
 def test_demo_scenario_as_a_subprocess(run_step, standin, workdir):
-    demo = load_demo()
+    demo = load_demo(AGENTS / f"{STEP}.py")
     demo.setup(workdir)
     standin.policy = demo.policy
     done = run_step(STEP, "\n".join(demo.PROMPTS) + "\n", timeout=60)
@@ -471,20 +472,8 @@ def test_demo_scenario_as_a_subprocess(run_step, standin, workdir):
     assert sorted(p.name for p in session.glob("*.jsonl")) == ["main.jsonl", "reviewer.jsonl"]
 
 
-def load_demo():
-    import importlib.util
-    from conftest import AGENTS
-    spec = importlib.util.spec_from_file_location("s09_demo", AGENTS / "demos" / f"{STEP}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_offline_demo_runs_fast_and_clean(run_step):
-    started = time.monotonic()
-    done = run_step(STEP, env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_BASE_URL": None})
+def test_offline_demo_shows_review_request_and_shutdown(offline_demo):
+    done = offline_demo(STEP).done
     assert done.returncode == 0, done.stderr
-    assert "OFFLINE DEMO" in done.stdout and "0 rejected by the validator" in done.stdout
     assert "verdict: REJECT" in done.stdout and "verdict: APPROVE" in done.stdout
     assert "its tool calls: read_file" in done.stdout
-    assert time.monotonic() - started < 10

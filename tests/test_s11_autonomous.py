@@ -7,7 +7,6 @@ would, in a process of its own.
 """
 
 import collections
-import importlib.util
 import json
 import multiprocessing
 import os
@@ -22,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from conftest import AGENTS, step_env, wait_until
 
-from offline import ScriptedModel, latest_results, steps_since_prompt, system_text, tool_use
+from offline import ScriptedModel, latest_results, load_demo, steps_since_prompt, system_text, tool_use
 
 STEP = "s11_autonomous"
 FORK = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
@@ -378,15 +377,8 @@ def test_lead_and_a_worker_process_share_board_and_mailbox(team, standin, workdi
     assert standin.rejected == []
 
 
-def load_demo():
-    spec = importlib.util.spec_from_file_location("s11_demo", AGENTS / "demos" / f"{STEP}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_demo_scenario_as_a_subprocess(run_step, standin, workdir):
-    demo = load_demo()
+    demo = load_demo(AGENTS / f"{STEP}.py")
     standin.policy = demo.policy
     done = run_step(STEP, "\n".join(demo.PROMPTS) + "\n", env=demo.DEMO_ENV, timeout=60)
     assert done.returncode == 0, done.stderr
