@@ -113,13 +113,18 @@ def run_workers(worker, processes: int, tasks_dir: Path, extra) -> tuple[int, fl
     return won, elapsed
 
 
+def ready_board(folder: str, count: int):
+    """A board of `count` ready tasks in `folder`."""
+    board = s07.TaskManager(Path(folder) / ".tasks")
+    for n in range(count):
+        board.create(f"job {n}")
+    return board, board.dir
+
+
 def claims_per_second(processes: int, count: int) -> float:
     """Wall-clock claims/s for `processes` workers racing to claim `count` ready tasks by id."""
     with tempfile.TemporaryDirectory() as folder:
-        tasks_dir = Path(folder) / ".tasks"
-        board = s07.TaskManager(tasks_dir)
-        for n in range(count):
-            board.create(f"job {n}")
+        board, tasks_dir = ready_board(folder, count)
         won, elapsed = run_workers(claim_worker, processes, tasks_dir, count)
         assert won == count, f"{won} claims for {count} tasks"
         return count / elapsed
@@ -128,10 +133,7 @@ def claims_per_second(processes: int, count: int) -> float:
 def ready_loop_claims_per_second(processes: int, count: int, per_worker: int) -> float:
     """Claims/s when every claim is preceded by ready() on a board of `count` tasks."""
     with tempfile.TemporaryDirectory() as folder:
-        tasks_dir = Path(folder) / ".tasks"
-        board = s07.TaskManager(tasks_dir)
-        for n in range(count):
-            board.create(f"job {n}")
+        board, tasks_dir = ready_board(folder, count)
         won, elapsed = run_workers(ready_loop_worker, processes, tasks_dir, per_worker)
         claimed = [t for t in board.list() if t["status"] == "in_progress"]
         assert won == len(claimed) == len({t["id"] for t in claimed})
