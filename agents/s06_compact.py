@@ -378,12 +378,9 @@ def run_compact(args: dict) -> str:
 
 
 def compact_now(arg: str, history: list) -> None:
-    """/compact [focus]: summarise now, between turns."""
-    try:
-        if not compact(history, "requested by the user", arg):
-            METER.skip_auto = COMPACT_BACKOFF_CALLS
-    except KeyboardInterrupt:  # slash commands run outside the turn's Ctrl-C handling
-        print("\n[compact] cancelled, history unchanged")
+    """/compact [focus]: summarise now, between turns (Ctrl-C leaves the history as it was)."""
+    if not compact(history, "requested by the user", arg):
+        METER.skip_auto = COMPACT_BACKOFF_CALLS
 
 
 def show_tokens(arg: str, history: list) -> None:
