@@ -6,31 +6,69 @@ real HTTP server on 127.0.0.1 that speaks the Messages API closely enough that
 the official `anthropic` SDK talks to it unchanged. The steps never know.
 
     step script --(anthropic SDK, HTTP)--> StandIn on 127.0.0.1:<port>
-                                              |  1. check auth header
+                                              |  1. check the auth header
                                               |  2. validate the request like the real API (400 if not)
                                               |  3. ask the scripted model (a policy) for the next turn
                                               v
-                                           JSON reply in the real response shape
+                                           JSON, or server-sent events when the request streams
 
-A policy is any function `policy(request: dict) -> list` that looks at the
-request body (system prompt, messages, tools) and returns the content blocks of
-the next assistant turn: strings become text blocks, `tool_use(name, input)`
-becomes a tool call. The stop reason follows from the blocks. Replies are
-deterministic, so demos and tests are repeatable.
+Read in this order: the header (the rules it follows), StandIn.handle, then
+validate_request; the demo runner and the trace page come last.
 
-Token count: `usage.input_tokens` (and /v1/messages/count_tokens) is
-    ceil(len(json.dumps([system, messages, tools])) / 4)
-one token per four characters of the compact JSON of what the model would read.
-Crude, but deterministic and proportional to the request's size, which is what
-context-size logic needs to be tested.
+Policies. A policy is a function `policy(request: dict)` that looks at the request
+(system prompt, messages, tools) and returns the next assistant turn: a list of
+blocks (strings become text blocks, `tool_use(name, input)` a tool call), the stop
+reason following from the blocks; or `reply(blocks, stop_reason, stop_details)` for
+the replies a real model also sends: empty (`reply([])`), "refusal", "pause_turn",
+"max_tokens" (a trailing tool_use is then cut off in the middle of its input) and
+"model_context_window_exceeded".
 
-The offline demo: `run_demo(script_path)` runs a step's real REPL in a fresh
-temporary folder with the scripted user lines of `agents/demos/<step>.py`.
+Tokens. The request is cut into the units the API caches, in its order: each tool
+definition, the system prompt, then every content block of every message.
+
+    total tokens = ceil(len(json.dumps([system, messages, tools])) / 4)
+
+one token per four characters of the compact JSON of what the model reads. Crude,
+but deterministic and proportional to the request's size. /v1/messages/count_tokens
+answers the same number.
+
+Prompt caching (automatic: a top-level `cache_control: {"type": "ephemeral"}`).
+The breakpoint is the last unit. The stand-in remembers, per model, every prefix
+that ended at a breakpoint of an earlier request, for CACHE_TTL seconds after its
+last use (a hit renews it, like the real 5-minute cache). For a new request:
+
+    cache_read_input_tokens      the longest remembered prefix it repeats exactly
+    cache_creation_input_tokens  the rest, up to the breakpoint (now remembered too)
+    input_tokens                 what is left after the breakpoint (a few characters)
+
+where a prefix of units weighs floor(its characters / 4) tokens, and the three add
+up to the total above. A prefix under CACHE_MIN_TOKENS (1,024, like most models)
+is not cached: everything is input_tokens. Without cache_control nothing is cached.
+Simplified on purpose: the real API looks back at most 20 blocks from a breakpoint
+for an earlier entry; this one looks back any distance.
+
+Streaming (`"stream": true`): the real event sequence - message_start, ping, then
+per block content_block_start, content_block_delta (text_delta / input_json_delta,
+in small pieces), content_block_stop, then message_delta (stop reason, usage) and
+message_stop - so `client.messages.stream(...)` works unchanged.
+
+Faults, for tests (`fail_next(fault, times)`): an HTTP status (429, 500, 529: sent
+with a short retry-after so the SDK's retries stay fast; more than its retries and
+the error reaches the caller); "stream_error" (an error event after the first
+piece of text) and "stream_drop" (the connection closes mid-stream); and malformed
+200 replies from a broken "compatible" endpoint: "html", "truncated", "no_content".
+
+The offline demo: `run(script, argv)` is what a step calls with no credentials (or
+with --demo, or --trace): it runs the step's real REPL in a fresh temporary folder
+with the scripted user lines of `agents/demos/<step>.py`. With --trace FILE.html
+the run is written as one self-contained page; with a real key, --trace records
+through a forwarding proxy to the real endpoint instead.
 """
 
 from __future__ import annotations
 
 import builtins
+import hashlib
 import importlib.util
 import itertools
 import json
@@ -38,15 +76,20 @@ import math
 import os
 import re
 import runpy
+import sys
 import tempfile
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable
 
-Policy = Callable[[dict], list]
+Policy = Callable[[dict], "list | Reply"]
+CACHE_TTL = 300.0  # seconds an unused cache entry lives (the real default is 5 minutes)
+CACHE_MIN_TOKENS = 1024  # shorter prefixes are not cached
+STREAM_PIECE = 24  # characters per streamed delta
 
 # -- Building replies -------------------------------------------------------------
 _ids = itertools.count(1)
@@ -63,30 +106,50 @@ def tool_use(name: str, tool_input: dict | None = None) -> dict:
     return {"type": "tool_use", "name": name, "input": dict(tool_input or {})}
 
 
+@dataclass
+class Reply:
+    """A turn with an explicit stop reason (see the header); plain lists derive theirs."""
+    content: list
+    stop_reason: str | None = None
+    stop_details: dict | None = None
+
+
+def reply(content: list, stop_reason: str | None = None, stop_details: dict | None = None) -> Reply:
+    return Reply(list(content), stop_reason, stop_details)
+
+
 def estimate_tokens(body: dict) -> int:
     """The stand-in's documented token count: one token per 4 characters of JSON."""
     seen = [body.get("system", ""), body.get("messages", []), body.get("tools", [])]
-    return math.ceil(len(json.dumps(seen, ensure_ascii=False, separators=(",", ":"))) / 4)
+    return math.ceil(len(_compact(seen)) / 4)
 
 
-def make_message(body: dict, blocks: list) -> dict:
-    """Wrap a policy's blocks in the real Messages API response shape."""
+def _compact(value) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def make_message(body: dict, turn, usage: dict | None = None) -> dict:
+    """Wrap a policy's turn in the real Messages API response shape."""
+    turn = turn if isinstance(turn, Reply) else Reply(list(turn))
     content = []
-    for block in blocks:
+    for block in turn.content:
         if isinstance(block, str):
             block = {"type": "text", "text": block}
         if block["type"] == "tool_use":
             block = {"type": "tool_use", "id": block.get("id") or _next_id("toolu"),
                      "name": block["name"], "input": block.get("input", {})}
         content.append(block)
-    stop = "tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn"
-    return {
+    stop = turn.stop_reason or ("tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn")
+    message = {
         "id": _next_id("msg"), "type": "message", "role": "assistant",
         "model": body.get("model", ""), "content": content,
         "stop_reason": stop, "stop_sequence": None,
-        "usage": {"input_tokens": estimate_tokens(body),
-                  "output_tokens": math.ceil(len(json.dumps(content)) / 4)},
+        "usage": {**(usage or {"input_tokens": estimate_tokens(body)}),
+                  "output_tokens": math.ceil(len(json.dumps(content)) / 4) or 1},
     }
+    if turn.stop_details:
+        message["stop_details"] = turn.stop_details
+    return message
 
 
 # -- Reading a request (helpers for policies) -----------------------------------------
@@ -120,7 +183,7 @@ def latest_results(request: dict) -> list:
 
 def result_text(result: dict) -> str:
     content = result.get("content", "")
-    return content if isinstance(content, str) else " ".join(b.get("text", "") for b in content)
+    return content if isinstance(content, str) else "\n".join(b.get("text", "") for b in content)
 
 
 def steps_since_prompt(request: dict) -> int:
@@ -136,7 +199,7 @@ def steps_since_prompt(request: dict) -> int:
 class ScriptedModel:
     """A policy that plays a fixed list of turns in order (for tests).
 
-    Each turn is a list of blocks, or a callable `turn(request) -> list`.
+    Each turn is a list of blocks, a Reply, or a callable `turn(request)`.
     After the script runs out it answers with a plain text turn.
     """
 
@@ -144,7 +207,7 @@ class ScriptedModel:
         self.turns = deque(turns)
         self.lock = threading.Lock()
 
-    def __call__(self, request: dict) -> list:
+    def __call__(self, request: dict):
         with self.lock:
             turn = self.turns.popleft() if self.turns else ["(the scripted model has nothing more to say)"]
         return turn(request) if callable(turn) else turn
@@ -176,6 +239,9 @@ def _check_top_level(body: dict) -> str | None:
     system = body.get("system")
     if system is not None and not isinstance(system, (str, list)):
         return "system: must be a string or a list of text blocks"
+    cache = body.get("cache_control")
+    if cache is not None and (not isinstance(cache, dict) or cache.get("type") != "ephemeral"):
+        return "cache_control: Input tag does not match the expected tag 'ephemeral'"
     return None
 
 
@@ -240,8 +306,12 @@ def _check_content(where: str, message: dict) -> str | None:
             return f"{where}.content.{j}: tool_use needs a string id, a name and an object input"
         if kind == "tool_result" and not isinstance(block.get("tool_use_id"), str):
             return f"{where}.content.{j}.tool_use_id: Field required"
-        if kind == "tool_result" and not isinstance(block.get("content", ""), (str, list)):
-            return f"{where}.content.{j}.content: must be a string or a list of content blocks"
+        if kind == "tool_result":
+            inner = block.get("content", "")
+            if not isinstance(inner, (str, list)) or isinstance(inner, list) and any(
+                    not isinstance(b, dict) or b.get("type") != "text" or not str(b.get("text", "")).strip()
+                    for b in inner):
+                return f"{where}.content.{j}.content: must be a string or a list of non-empty text blocks"
     return None
 
 
@@ -287,9 +357,56 @@ def _check_tool_pairing(body: dict) -> str | None:
     return None
 
 
+# -- Prompt caching: the ledger of remembered prefixes ----------------------------------
+def cache_units(body: dict) -> list[str]:
+    """The request as the API caches it: tools, then system, then every message block."""
+    units = [_compact(tool) for tool in body.get("tools") or []]
+    if body.get("system"):
+        units.append(_compact(body["system"]))
+    for message in body["messages"]:
+        units += [_compact([message["role"], block]) for block in blocks_of(message)]
+    return units
+
+
+class CacheLedger:
+    """Which prefixes are cached, and until when; see the header for the rules."""
+
+    def __init__(self, ttl: float = CACHE_TTL, min_tokens: int = CACHE_MIN_TOKENS, clock=time.monotonic):
+        self.ttl, self.min_tokens, self.clock = ttl, min_tokens, clock
+        self.expires: dict[str, float] = {}  # prefix hash -> when it is forgotten
+        self.lock = threading.Lock()
+
+    def usage(self, body: dict) -> dict:
+        total = estimate_tokens(body)
+        if not isinstance(body.get("cache_control"), dict):
+            return {"input_tokens": total, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        digest, prefixes, chars = hashlib.sha256(str(body["model"]).encode()), [], 0
+        for unit in cache_units(body):
+            digest.update(unit.encode("utf-8", "replace"))
+            chars += len(unit)
+            prefixes.append((digest.hexdigest(), chars // 4))
+        key, upto = prefixes[-1]  # the breakpoint: the last unit
+        if upto < self.min_tokens:
+            return {"input_tokens": total, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+        now = self.clock()
+        with self.lock:
+            read = next((tokens for prefix, tokens in reversed(prefixes)
+                         if self.expires.get(prefix, -1.0) > now), 0)
+            for prefix, tokens in prefixes:
+                if tokens == read and prefix in self.expires:
+                    self.expires[prefix] = now + self.ttl  # a hit renews the entry
+            self.expires[key] = now + self.ttl
+        return {"input_tokens": total - upto, "cache_creation_input_tokens": upto - read,
+                "cache_read_input_tokens": read}
+
+
 # -- The HTTP server ----------------------------------------------------------------
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+MALFORMED = {"html": (b"<html><body><h1>502 Bad Gateway</h1></body></html>", "text/html"),
+             "truncated": (b'{"id": "msg_x", "type": "message", "content": [{"type": "te', "application/json"),
+             "no_content": (b'{"id": "msg_x", "type": "message", "role": "assistant"}', "application/json")}
+STREAM_FAULTS = ("stream_error", "stream_drop", "stream_stall")
 
 
 class StandIn:
@@ -297,46 +414,90 @@ class StandIn:
 
     requests:  every parsed request body, in arrival order (valid or not)
     rejected:  (body, message) for every request answered with 400
-    fail_next(status, times): answer the next `times` requests with that HTTP error
+    calls:     one record per answered /v1/messages request (request, reply, when), for traces
+    fail_next(fault, times): answer the next `times` requests with a fault (see the header)
     """
 
-    def __init__(self, policy: Policy | None = None):
+    def __init__(self, policy: Policy | None = None, cache: CacheLedger | None = None):
         self.policy: Policy = policy or ScriptedModel([])
+        self.cache = cache or CacheLedger()
         self.requests: list = []
         self.rejected: list = []
+        self.calls: list = []
         self._faults: deque = deque()
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
+        self.stalled = threading.Event()  # "stream_stall": set once a stream stops mid-way ...
+        self.release = threading.Event()  # ... and it goes on (or drops) when this is set
 
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
-    def fail_next(self, status: int, times: int = 1) -> None:
+    def fail_next(self, fault, times: int = 1) -> None:
         with self._lock:
-            self._faults.extend([status] * times)
+            self._faults.extend([fault] * times)
 
     def start(self) -> "StandIn":
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # headers and body go out as two writes; don't stall the second
+            disable_nagle_algorithm = True  # headers and body go out as separate writes; don't stall them
 
             def do_POST(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length)
-                status, reply = stand_in.handle(self.path, dict(self.headers), raw)
-                data = json.dumps(reply).encode()
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                status, reply, fault = stand_in.handle(self.path, dict(self.headers), raw)
+                if fault in MALFORMED:
+                    return self.send(200, *MALFORMED[fault])
+                if status == 200 and isinstance(reply, dict) and reply.get("type") == "message" \
+                        and stand_in.requests[-1].get("stream"):
+                    return self.stream(reply, fault)
+                self.send(status, json.dumps(reply).encode(), "application/json")
+
+            def send(self, status: int, data: bytes, kind: str) -> None:
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
                 self.send_header("request-id", _next_id("req"))
                 if status in (429, 500, 529):
                     self.send_header("retry-after-ms", "20")  # keep SDK retries quick
                 self.end_headers()
                 self.wfile.write(data)
+
+            def stream(self, message: dict, fault: str | None) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("request-id", _next_id("req"))
+                self.end_headers()
+                try:
+                    self.send_events(message, fault)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client went away mid-stream (Ctrl-C): nothing more to send
+
+            def send_events(self, message: dict, fault: str | None) -> None:
+                for number, (kind, data) in enumerate(sse_events(message)):
+                    if fault in STREAM_FAULTS and number == 4:  # after the first piece of content
+                        if fault == "stream_stall":
+                            stand_in.stalled.set()
+                            stand_in.release.wait(30)
+                            fault = None
+                        elif fault == "stream_drop":
+                            self.close_connection = True
+                            return  # no closing chunk: the client sees the body end too soon
+                        else:
+                            kind, data = "error", {"type": "error", "error": {
+                                "type": "overloaded_error", "message": "Overloaded (injected mid-stream)"}}
+                    self.chunk(f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode())
+                    if kind == "error":
+                        break
+                self.chunk(b"")
+
+            def chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
 
             def log_message(self, *args):  # keep the console for the conversation
                 pass
@@ -357,40 +518,72 @@ class StandIn:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def handle(self, path: str, headers: dict, raw: bytes) -> tuple[int, dict]:
+    def handle(self, path: str, headers: dict, raw: bytes) -> tuple[int, dict, str | None]:
+        """(status, JSON reply, fault to apply while sending it)."""
         route = path.split("?", 1)[0]
         if route not in ("/v1/messages", "/v1/messages/count_tokens"):
-            return _error(404, f"no route {route}")
+            return (*_error(404, f"no route {route}"), None)
         lowered = {k.lower(): v for k, v in headers.items()}
         if not lowered.get("x-api-key") and not lowered.get("authorization", "").startswith("Bearer "):
-            return _error(401, "missing credentials: send X-Api-Key or Authorization: Bearer")
+            return (*_error(401, "missing credentials: send X-Api-Key or Authorization: Bearer"), None)
         try:
             body = json.loads(raw or b"null")
         except ValueError:
-            return _error(400, "request body is not valid JSON")
+            return (*_error(400, "request body is not valid JSON"), None)
         with self._lock:
             self.requests.append(body)
-            fault = self._faults.popleft() if self._faults else None
-        if fault:
-            return _error(fault, f"injected {fault} for testing")
+            fault = self._faults.popleft() if self._faults and not route.endswith("count_tokens") else None
+        if isinstance(fault, int):
+            return (*_error(fault, f"injected {fault} for testing"), None)
         if route.endswith("count_tokens"):
             problem = validate_request({"max_tokens": 1, **body}) if isinstance(body, dict) else "bad body"
-            return _error(400, problem) if problem else (200, {"input_tokens": estimate_tokens(body)})
+            return (*_error(400, problem), None) if problem else (200, {"input_tokens": estimate_tokens(body)}, None)
         problem = validate_request(body)
         if problem:
             with self._lock:
                 self.rejected.append((body, problem))
-            return _error(400, problem)
+            return (*_error(400, problem), None)
         try:
-            blocks = self.policy(body)
+            turn = self.policy(body)
         except Exception as error:  # a broken script is a test bug: say so loudly
-            return _error(500, f"scripted model failed: {type(error).__name__}: {error}")
-        return 200, make_message(body, blocks)
+            return (*_error(500, f"scripted model failed: {type(error).__name__}: {error}"), None)
+        message = make_message(body, turn, self.cache.usage(body))
+        with self._lock:
+            self.calls.append({"request": body, "reply": message, "at": time.time()})
+        return 200, message, fault
 
 
 def _error(status: int, message: str) -> tuple[int, dict]:
     kind = ERROR_TYPES.get(status, "api_error")
     return status, {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def sse_events(message: dict):
+    """The server-sent events that stream `message`, in the API's order."""
+    usage = message["usage"]
+    yield "message_start", {"type": "message_start", "message": {
+        **message, "content": [], "stop_reason": None, "stop_details": None,
+        "usage": {**usage, "output_tokens": 1}}}
+    yield "ping", {"type": "ping"}
+    for index, block in enumerate(message["content"]):
+        if block["type"] == "tool_use":
+            start, text, delta = {**block, "input": {}}, _compact(block["input"]), "input_json_delta"
+            cut = message["stop_reason"] == "max_tokens" and index == len(message["content"]) - 1
+            text = text[:len(text) // 2] if cut else text  # cut off in the middle of its input
+        else:
+            start, text, delta = {"type": "text", "text": ""}, block["text"], "text_delta"
+        yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": start}
+        for at in range(0, len(text), STREAM_PIECE):
+            piece = text[at:at + STREAM_PIECE]
+            payload = {"type": delta, "partial_json": piece} if delta == "input_json_delta" else \
+                {"type": delta, "text": piece}
+            yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": payload}
+        yield "content_block_stop", {"type": "content_block_stop", "index": index}
+    yield "message_delta", {"type": "message_delta",
+                            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None,
+                                      "stop_details": message.get("stop_details")},
+                            "usage": {"output_tokens": usage["output_tokens"]}}
+    yield "message_stop", {"type": "message_stop"}
 
 
 # -- The offline demo ------------------------------------------------------------------
@@ -427,7 +620,26 @@ def scripted_input(lines: list[str]) -> Callable[[str], str]:
     return fake_input
 
 
-def run_demo(script_path: str) -> int:
+def flag_value(argv: list[str], flag: str) -> str | None:
+    """The value after `flag` in argv, or None; a flag without a value is a usage error."""
+    if flag not in argv:
+        return None
+    at = argv.index(flag) + 1
+    if at >= len(argv) or argv[at].startswith("--"):
+        raise SystemExit(f"{flag} needs a value, e.g. {flag} run.html")
+    return argv[at]
+
+
+def run(script_path: str, argv: list[str]) -> int:
+    """A step's entry point when it has no credentials, or --demo / --trace: returns an exit code."""
+    trace = flag_value(argv, "--trace")
+    credentials = os.getenv("ANTHROPIC_API_KEY") or os.getenv("ANTHROPIC_AUTH_TOKEN")
+    if credentials and "--demo" not in argv:
+        return run_traced(script_path, trace)
+    return run_demo(script_path, trace)
+
+
+def run_demo(script_path: str, trace: str | None = None) -> int:
     """Run a step's REPL against the scripted model in a temporary folder. Returns an exit code."""
     script = Path(script_path).resolve()
     demo = load_demo(script)
@@ -446,7 +658,10 @@ def run_demo(script_path: str) -> int:
             # WORKDIR, client and state all point at the demo's world.
             namespace = runpy.run_path(str(script), run_name="offline_demo")
             builtins.input = scripted_input(list(demo.PROMPTS))
-            namespace["repl"]()
+            if hasattr(demo, "run"):
+                demo.run(namespace, workdir, server)
+            else:
+                namespace["repl"]()
             if hasattr(demo, "finish"):
                 demo.finish(namespace, workdir)
         finally:
@@ -454,9 +669,21 @@ def run_demo(script_path: str) -> int:
             os.chdir(saved_cwd)
             os.environ.clear()
             os.environ.update(saved_env)
+        if trace:
+            write_trace(Path(saved_cwd, trace), server.calls, workdir, title=f"{script.stem} (offline demo)")
     seconds = time.monotonic() - started
     print(f"[offline demo] {len(server.requests)} model calls in {seconds:.1f}s; "
           f"{len(server.rejected)} rejected by the validator. The temporary folder is removed.")
     for _, problem in server.rejected:
         print(f"[offline demo] rejected: {problem}")
+    if trace:
+        print(f"[offline demo] trace written to {Path(saved_cwd, trace)}")
     return 1 if server.rejected else 0
+
+
+def run_traced(script_path, trace):  # placeholder until the proxy lands
+    raise NotImplementedError
+
+
+def write_trace(path, calls, workdir, title=""):  # placeholder until the page lands
+    Path(path).write_text(json.dumps(calls, indent=1), encoding="utf-8")

@@ -1,30 +1,20 @@
 #!/usr/bin/env python3
-"""s01_agent_loop.py - the minimal agent loop.
+"""s01_agent_loop.py - the minimal agent loop.  Base: none; this is the spine every step extends.
 
-An agent is a model in a loop with tools. The model asks for a tool, the harness
-runs it and sends the result back, and this repeats until the model answers in
-plain text:
+    user prompt --> +-------+  tool_use     +-----------+   every tool_use gets exactly
+                    | model | ------------> | run tools |   one tool_result, errors too
+                    |       | <------------ | (harness) |
+                    +-------+  tool_result  +-----------+
+                        | stop_reason != "tool_use": a final answer - or a cut-off, a
+                        v  refusal, an empty reply; each leaves a valid history
 
-    user prompt
-        |
-        v
-    +--------+   tool_use    +-----------+
-    | model  | ------------> | run tools |
-    |        | <------------ | (harness) |
-    +--------+  tool_result  +-----------+
-        |
-        v  stop_reason != "tool_use"
-    final answer
+Replies stream (text shows as it is written); each request is cached up to its last block.
+Key insight: the loop is trivial; the harness's job is to keep the conversation valid
+and the workspace safe, whatever the model, the user or the network does.
 
-Four tools are enough for real work: bash, read_file, write_file, edit_file.
-Every tool call gets exactly one tool_result - errors included - so the
-conversation stays valid whatever the model asks for.
-
-Key insight: the loop is trivial; the harness's job is to keep the conversation
-valid and the workspace safe.
-
-Run:  python agents/s01_agent_loop.py           (offline demo when no key is set)
-      python agents/s01_agent_loop.py --demo    (force the offline demo)
+Read in this order: agent_loop; call_model and add_reply (one call, every reply shape);
+run_tool; close_turn (a valid history after anything); then the tools at the top.
+Run:  python agents/s01_agent_loop.py  [--demo: the offline demo even with a key]  [--trace run.html]
 """
 
 import json
@@ -32,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from anthropic import Anthropic, APIError
@@ -39,7 +30,6 @@ from dotenv import load_dotenv
 
 # -- Configuration ------------------------------------------------------------
 load_dotenv(".env")  # the current folder's .env; shell variables win
-
 WORKDIR = Path.cwd()
 MODEL = os.getenv("MODEL_ID") or "claude-sonnet-5-5"
 API_KEY = os.getenv("ANTHROPIC_API_KEY") or None
@@ -48,15 +38,10 @@ BASE_URL = os.getenv("ANTHROPIC_BASE_URL") or None
 MAX_TOKENS = 8000
 BASH_TIMEOUT = 60  # seconds
 OUTPUT_LIMIT = 50_000  # characters of tool output sent back to the model
-
-# Credentials are passed explicitly, so the SDK never guesses (and never warns).
-# With none at all there is no client: main() runs the offline demo instead.
+# Credentials are passed explicitly, so the SDK never guesses; with none, main() runs the offline demo.
 client = Anthropic(api_key=API_KEY, auth_token=AUTH_TOKEN, base_url=BASE_URL) if API_KEY or AUTH_TOKEN else None
-
-SYSTEM = (
-    f"You are a coding agent working in {WORKDIR}. "
-    "Use the tools to inspect and change files; act, then report briefly."
-)
+SYSTEM = (f"You are a coding agent working in {WORKDIR}. "
+          "Use the tools to inspect and change files; act, then report briefly.")
 
 
 # -- Base tools -----------------------------------------------------------------
@@ -67,138 +52,132 @@ def safe_path(relative: str) -> Path:
         raise ValueError(f"Path {relative!r} is outside the workspace {WORKDIR}")
     return path
 
-
-def clip(text: str) -> str:
-    """Cap tool output so one huge result cannot flood the context."""
-    if len(text) <= OUTPUT_LIMIT:
-        return text
-    cut = len(text) - OUTPUT_LIMIT
-    return text[:OUTPUT_LIMIT] + f"\n... [output truncated: {cut:,} more characters]"
-
-
-def kill_tree(process: subprocess.Popen) -> None:
-    """Kill the shell and everything it started (a plain kill leaves children running)."""
+def write_atomic(path: Path, text: str) -> None:
+    """Write a temp file, then rename it over the target: a failure leaves the old file as it was."""
+    mode = path.stat().st_mode if path.exists() else None  # a rewritten file keeps its mode
+    if mode is not None and not mode & 0o222:  # nobody may write it: someone made it read-only on purpose
+        raise PermissionError(f"{path.name} is read-only; it was left unchanged")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
     try:
-        if os.name == "posix":
-            os.killpg(process.pid, signal.SIGKILL)
-        else:
-            process.kill()
-    except ProcessLookupError:
-        pass  # it had already finished
-
+        with open(tmp, "xb", buffering=0) as file:  # a fresh file of our own; the umask sets a new file's mode
+            file.write(text.encode("utf-8"))  # a string that cannot be stored fails here: the target is untouched
+            os.fsync(file.fileno())  # on disk before the rename, so a crash cannot leave an empty file
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)  # atomic: readers see the old file or the new one, never half of one
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 def run_bash(command: str) -> str:
-    process = subprocess.Popen(
-        command, shell=True, cwd=WORKDIR, text=True, encoding="utf-8", errors="replace",
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group, so a timeout can kill it all
-    )
-    try:
-        output, _ = process.communicate(timeout=BASH_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        kill_tree(process)
-        process.communicate()
-        raise TimeoutError(f"bash timed out after {BASH_TIMEOUT}s; the command was killed")
-    except KeyboardInterrupt:  # Ctrl-C must not leave the command running either
-        kill_tree(process)
-        raise
-    output = output.strip() or "(no output)"
-    if process.returncode != 0:
-        output += f"\n[exit code {process.returncode}]"
-    return clip(output)
+    kept, total, done = bytearray(), [0], threading.Event()
 
+    def drain() -> None:  # keep the first OUTPUT_LIMIT bytes, count the rest: memory stays bounded
+        with process.stdout:  # closed at the end: a daemon still writing to it then gets SIGPIPE
+            while not done.is_set() and (chunk := process.stdout.read1(65536)):
+                kept.extend(chunk[:OUTPUT_LIMIT - len(kept)])
+                total[0] += len(chunk)
+    reader, timed_out = threading.Thread(target=drain, daemon=True), ""
+    process = subprocess.Popen(command, shell=True, cwd=WORKDIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, start_new_session=True)  # a group of its own: killable whole
+    try:
+        reader.start()
+        process.wait(timeout=BASH_TIMEOUT)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt) as stop:  # neither may leave the command running
+        os.killpg(process.pid, signal.SIGKILL) if os.name == "posix" else process.kill()  # its children too
+        if isinstance(stop, KeyboardInterrupt):
+            raise
+        timed_out = f": killed after the {BASH_TIMEOUT}s timeout"
+    reader.join(timeout=1)  # a daemon the command started may hold the pipe open forever: stop reading
+    done.set()
+    output = kept.decode("utf-8", "replace").strip() or "(no output)"
+    if total[0] > OUTPUT_LIMIT:
+        output += f"\n... [output truncated: {total[0] - OUTPUT_LIMIT:,} more bytes]"
+    if reader.is_alive():
+        output += "\n[stopped reading: a background process still holds the output open]"
+    code = process.wait()
+    return output + (f"\n[exit code {code}{timed_out}]" if code else "")  # after the cut, so it always survives
 
 def run_read(path: str, limit: int | None = None) -> str:
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be a positive number of lines, got {limit}")
-    lines = safe_path(path).read_text(encoding="utf-8").splitlines()
+    target = safe_path(path)
+    if not target.is_file():  # a FIFO or a device would block or never end
+        raise ValueError(f"{path} is not a regular file")
+    with open(target, encoding="utf-8", newline="") as file:  # newline="": a \r\n is shown as it is
+        text, cut = file.read(OUTPUT_LIMIT), file.read(1) != ""  # never read more than can be returned
+    lines = text.splitlines(keepends=True)
     if limit is not None and limit < len(lines):
-        lines = lines[:limit] + [f"... [{len(lines) - limit} more lines]"]
-    return clip("\n".join(lines))
-
+        return "".join(lines[:limit]) + f"... [{len(lines) - limit}{'+' if cut else ''} more lines]"
+    return text + (f"\n... [output truncated at {OUTPUT_LIMIT:,} characters; use bash for the rest]" if cut else "")
 
 def run_write(path: str, content: str) -> str:
-    target = safe_path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(content, encoding="utf-8")
+    write_atomic(safe_path(path), content)
     return f"Wrote {len(content)} characters to {path}"
-
 
 def run_edit(path: str, old_text: str, new_text: str) -> str:
     target = safe_path(path)
-    text = target.read_text(encoding="utf-8")
+    text = target.read_bytes().decode("utf-8")  # bytes: a \r\n stays \r\n, as old_text must match it
     count = text.count(old_text) if old_text else 0
     if count == 0:
         raise ValueError(f"old_text not found in {path}; read the file and copy the text exactly")
     if count > 1:
         raise ValueError(f"old_text appears {count} times in {path}; include more context so it is unique")
-    target.write_text(text.replace(old_text, new_text, 1), encoding="utf-8")
+    write_atomic(target, text.replace(old_text, new_text, 1))
     return f"Edited {path}"
 
 
 # -- The tool table: what the model sees, and what runs ------------------------
 TOOLS = [
     {"name": "bash", "description": "Run a shell command in the workspace.",
-     "input_schema": {"type": "object", "properties": {"command": {"type": "string"}},
-                      "required": ["command"]}},
+     "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}},
     {"name": "read_file", "description": "Read a text file; limit = max lines.",
-     "input_schema": {"type": "object", "properties": {"path": {"type": "string"},
-                      "limit": {"type": "integer"}}, "required": ["path"]}},
+     "input_schema": {"type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+                      "required": ["path"]}},
     {"name": "write_file", "description": "Create or overwrite a text file.",
-     "input_schema": {"type": "object", "properties": {"path": {"type": "string"},
-                      "content": {"type": "string"}}, "required": ["path", "content"]}},
+     "input_schema": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                      "required": ["path", "content"]}},
     {"name": "edit_file", "description": "Replace one exact, unique piece of text in a file.",
-     "input_schema": {"type": "object", "properties": {"path": {"type": "string"},
-                      "old_text": {"type": "string"}, "new_text": {"type": "string"}},
-                      "required": ["path", "old_text", "new_text"]}},
+     "input_schema": {"type": "object", "properties": {"path": {"type": "string"}, "old_text": {"type": "string"},
+                      "new_text": {"type": "string"}}, "required": ["path", "old_text", "new_text"]}},
 ]
 
-TOOL_HANDLERS = {
-    "bash": lambda args: run_bash(args["command"]),
-    "read_file": lambda args: run_read(args["path"], args.get("limit")),
-    "write_file": lambda args: run_write(args["path"], args["content"]),
-    "edit_file": lambda args: run_edit(args["path"], args["old_text"], args["new_text"]),
-}
+TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read, "write_file": run_write, "edit_file": run_edit}
 
-SLASH_COMMANDS = {}  # "/name" -> fn(arg, history); later steps add their own
+SLASH_COMMANDS = {}  # "/name" -> fn(arg, history), its docstring the /help line; later steps add theirs
 
-JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool,
-              "array": list, "object": dict}
-
+JSON_TYPES = {"string": [str], "integer": [int], "number": [int, float], "boolean": [bool], "array": [list],
+              "object": [dict]}  # exact types: True is a bool here, not an integer
 
 def check_args(name: str, args: dict) -> None:
     """Check arguments against the tool's schema; say what is wrong and what is allowed."""
     schema = next(tool["input_schema"] for tool in TOOLS if tool["name"] == name)
-    properties = schema.get("properties", {})
-    missing = [key for key in schema.get("required", []) if key not in args]
+    allowed, missing = schema.get("properties", {}), [k for k in schema.get("required", []) if k not in args]
     if missing:
-        raise ValueError(f"missing required argument(s) {missing}; {name} takes {sorted(properties)}")
+        raise ValueError(f"missing required argument(s) {missing}; {name} takes {sorted(allowed)}")
     for key, value in args.items():
-        expected = properties.get(key, {}).get("type")
-        if key not in properties:
-            raise ValueError(f"unknown argument {key!r}; {name} takes {sorted(properties)}")
-        wrong_bool = isinstance(value, bool) and expected in ("integer", "number")
-        if expected in JSON_TYPES and (wrong_bool or not isinstance(value, JSON_TYPES[expected])):
+        if key not in allowed:
+            raise ValueError(f"unknown argument {key!r}; {name} takes {sorted(allowed)}")
+        expected = allowed[key].get("type")
+        if expected in JSON_TYPES and type(value) not in JSON_TYPES[expected]:
             raise ValueError(f"argument {key!r} must be of type {expected}, got {type(value).__name__}")
-
 
 def run_tool(block) -> dict:
     """Run one tool_use block; always return exactly one tool_result, errors included."""
     result = {"type": "tool_result", "tool_use_id": block.id}
-    if block.name not in TOOL_HANDLERS:
-        result.update(is_error=True, content=f"Unknown tool {block.name!r}. Available: {sorted(TOOL_HANDLERS)}")
-        return result
     args = block.input if isinstance(block.input, dict) else {}
     try:
+        if block.name not in TOOL_HANDLERS:
+            raise ValueError(f"Unknown tool {block.name!r}. Available: {sorted(TOOL_HANDLERS)}")
         check_args(block.name, args)
-        result["content"] = TOOL_HANDLERS[block.name](args)
+        result["content"] = TOOL_HANDLERS[block.name](**args)  # the schema's names are the handler's parameters
     except Exception as error:  # any failure becomes a result the model can read
         result.update(is_error=True, content=f"Error: {error}")
     return result
 
-
-def preview(text: str, width: int = 200) -> str:
-    flat = " ".join(str(text).split())
+def preview(value, width: int = 200) -> str:
+    flat = " ".join((value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)).split())
     return flat if len(flat) <= width else flat[:width] + "..."
 
 
@@ -206,57 +185,80 @@ def preview(text: str, width: int = 200) -> str:
 def agent_loop(messages: list) -> None:
     """Call the model, run the tools it asks for, repeat until it stops asking."""
     while True:
-        response = client.messages.create(
-            model=MODEL, system=SYSTEM, messages=messages,
-            tools=TOOLS, max_tokens=MAX_TOKENS,
-        )
-        messages.append({"role": "assistant",
-                         "content": [block.model_dump(exclude_none=True) for block in response.content]})
-        for block in response.content:
-            if block.type == "text":
-                print(block.text)
-        if response.stop_reason != "tool_use":
-            close_turn(messages, f"not run: the reply ended with {response.stop_reason}")
+        reply = call_model(messages)
+        if note := add_reply(messages, reply):  # the turn ended early: say why
+            print(f"[{note}]")
+        if reply.stop_reason != "tool_use":
             return
-        results = []
-        for block in response.content:
-            if block.type == "tool_use":
-                print(f"> {block.name}: {preview(json.dumps(block.input, ensure_ascii=False), 120)}")
-                result = run_tool(block)
-                print(f"  {'ERROR ' if result.get('is_error') else ''}{preview(result['content'])}")
-                results.append(result)
-        messages.append({"role": "user", "content": results})
+        calls, results = [b for b in reply.content if b.type == "tool_use"], []
+        try:
+            for block in calls:
+                results.append(run_tool(block))
+                print(f"  {'ERROR ' if results[-1].get('is_error') else ''}{preview(results[-1]['content'])}")
+        finally:  # on Ctrl-C the calls that finished keep their results; only the rest are "interrupted"
+            messages.append({"role": "user", "content": results + [
+                {"type": "tool_result", "tool_use_id": b.id, "content": "interrupted by the user", "is_error": True}
+                for b in calls[len(results):]]})
 
+def call_model(messages: list, system: str = SYSTEM, tools: list = TOOLS, model: str = MODEL, echo: bool = True):
+    """One streamed call: text is shown as it arrives, each tool call once its block is complete."""
+    try:
+        with client.messages.stream(model=model, system=system, messages=messages, tools=tools,
+                                    max_tokens=MAX_TOKENS, cache_control={"type": "ephemeral"}) as stream:
+            for event in stream if echo else ():
+                if event.type == "text":
+                    print(event.text, end="", flush=True)
+                elif event.type == "content_block_stop":  # a text block ends its line; a tool call shows whole
+                    block = event.content_block
+                    print(f"> {block.name}: {preview(block.input, 120)}" if block.type == "tool_use" else "")
+            return stream.get_final_message()
+    except Exception as error:  # a stream cut short, or a 200 that is no reply (a broken "compatible" endpoint)
+        raise error if isinstance(error, APIError) else APIError(f"broken reply: {error!r}", None, body=None)
+
+STOP_NOTES = {  # the documented stop reasons that end a turn early, as the REPL says them
+    "max_tokens": f"cut off at max_tokens ({MAX_TOKENS}); an unfinished tool call was not run",
+    "model_context_window_exceeded": "cut off: the context window is full",
+    "refusal": "the model declined this request (refusal); rephrase it rather than repeat it",
+    "pause_turn": "the API paused this turn (pause_turn); send a message to let it go on",
+    "empty": "the model sent an empty reply; tell it how to go on",
+}
+
+def add_reply(messages: list, reply) -> str | None:
+    """Append the reply so the history stays valid; return why the turn ended early, if it did."""
+    content = json.loads(json.dumps([block.model_dump(exclude_none=True) for block in reply.content],
+                                    ensure_ascii=False).encode("utf-8", "replace"))  # lone surrogates become ?
+    refused = reply.stop_reason == "refusal"
+    if content and not refused:  # an empty reply in the history would make every later request invalid
+        messages.append({"role": "assistant", "content": content})
+    note = STOP_NOTES.get(reply.stop_reason if content or refused else "empty")
+    if note and (content or refused):
+        close_turn(messages, note)  # unfinished tool calls are answered; a refused request is marked
+    return note
 
 def close_turn(messages: list, reason: str) -> None:
-    """Answer every tool_use still open, so the next request is valid (API rule)."""
-    last = messages[-1] if messages else None
-    if last and last["role"] == "assistant" and isinstance(last["content"], list):
-        open_ids = [b["id"] for b in last["content"] if b.get("type") == "tool_use"]
-        if open_ids:
-            messages.append({"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": i, "content": reason, "is_error": True}
-                for i in open_ids]})
-
+    """After anything: answer every open tool_use; mark a request that got no reply, so it is not redone."""
+    last = messages[-1] if messages else {"role": None, "content": []}
+    open_ids = [b["id"] for b in last["content"] if last["role"] == "assistant" and b["type"] == "tool_use"]
+    if open_ids:
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": i, "content": reason, "is_error": True} for i in open_ids]})
+    elif last["role"] == "user":
+        add_user_text(messages, f"[not answered: {reason}]")
 
 def add_user_text(messages: list, text: str) -> None:
     """Append the user's words; join them to a trailing user turn so roles keep alternating."""
-    if messages and messages[-1]["role"] == "user":
-        last = messages[-1]
-        if isinstance(last["content"], str):
-            last["content"] = [{"type": "text", "text": last["content"]}]
-        last["content"].append({"type": "text", "text": text})
-    else:
-        messages.append({"role": "user", "content": text})
-
+    if not messages or messages[-1]["role"] != "user":
+        messages.append({"role": "user", "content": []})
+    elif isinstance(messages[-1]["content"], str):
+        messages[-1]["content"] = [{"type": "text", "text": messages[-1]["content"]}]
+    messages[-1]["content"].append({"type": "text", "text": text})
 
 def run_slash_command(line: str, history: list) -> None:
     name, _, arg = line.partition(" ")
-    command = SLASH_COMMANDS.get(name)
-    if command:
-        command(arg.strip(), history)
-    else:
-        print(f"Unknown command {name}. Available: {sorted(SLASH_COMMANDS) or 'none'}")
+    if name in SLASH_COMMANDS:
+        return SLASH_COMMANDS[name](arg.strip(), history)
+    print(("" if name == "/help" else f"Unknown command {name}. ") + "Commands: /help, q or exit (quit)",
+          *("  " + command.__doc__.splitlines()[0] for command in SLASH_COMMANDS.values()), sep="\n")
 
 
 # -- The REPL ---------------------------------------------------------------------
@@ -265,34 +267,32 @@ def repl(prompt: str = "s01 >> ") -> None:
     while True:
         try:
             query = input(prompt).strip()
-        except (EOFError, KeyboardInterrupt):
+        except (EOFError, KeyboardInterrupt):  # Ctrl-D, or Ctrl-C at the prompt: quit
             print()
             return
-        if query.lower() in ("", "q", "exit"):
+        if query.lower() in ("q", "exit"):
             return
         try:
             if query.startswith("/"):
                 run_slash_command(query, history)
-            else:
+            elif query:  # an empty line does nothing
                 add_user_text(history, query)
                 agent_loop(history)
-        except KeyboardInterrupt:
-            close_turn(history, "interrupted by the user")
-            print("\n[turn interrupted; the conversation is kept]")
-        except APIError as error:
-            close_turn(history, "the turn failed with an API error")
-            print(f"[API error] {type(error).__name__}: {getattr(error, 'message', error)}")
+        except (KeyboardInterrupt, APIError) as error:  # the turn ends; the conversation stays valid
+            reason = "interrupted by the user" if isinstance(error, KeyboardInterrupt) else \
+                f"API error: {type(error).__name__}: {getattr(error, 'message', error)}"
+            close_turn(history, reason)
+            print(f"\n[{reason}]")
         print()
 
-
 def main() -> None:
-    if "--demo" in sys.argv or not (API_KEY or AUTH_TOKEN):
+    sys.stdout.reconfigure(errors="backslashreplace")  # print any string the API can send, lone surrogates too
+    if "--demo" in sys.argv or "--trace" in sys.argv or not (API_KEY or AUTH_TOKEN):
         try:
-            import offline  # the local stand-in, only needed without credentials
+            import offline  # the local stand-in and the trace recorder, needed only here
         except ImportError:
-            sys.exit("No ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN set, and the offline demo "
-                     "(agents/offline.py) is not next to this script. Set a key in .env to run.")
-        sys.exit(offline.run_demo(__file__))
+            sys.exit("No ANTHROPIC_API_KEY set, and agents/offline.py (the offline demo) is not next to this script.")
+        sys.exit(offline.run(__file__, sys.argv))
     repl()
 
 

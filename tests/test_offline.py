@@ -9,7 +9,7 @@ import urllib.request
 import anthropic
 import pytest
 
-from offline import ScriptedModel, estimate_tokens, tool_use, validate_request
+from offline import ScriptedModel, estimate_tokens, reply, tool_use, validate_request
 
 TOOLS = [{"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}]
 
@@ -170,3 +170,143 @@ def test_broken_policy_is_a_loud_500(standin):
     standin.policy = lambda request: 1 / 0
     status, reply = post(standin, good_request())
     assert status == 500 and "ZeroDivisionError" in reply["error"]["message"]
+
+
+# -- Streaming: the real event sequence, which the SDK's helper accumulates -------------
+def stream_events(server, body) -> list:
+    request = urllib.request.Request(server.url + "/v1/messages", data=json.dumps({**body, "stream": True}).encode(),
+                                     headers={"Content-Type": "application/json", "X-Api-Key": "k"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert answer.headers["Content-Type"] == "text/event-stream"
+        frames = answer.read().decode().strip().split("\n\n")
+    events = []
+    for frame in frames:
+        kind, data = frame.split("\n", 1)
+        assert kind.startswith("event: ") and data.startswith("data: ")
+        events.append((kind[7:], json.loads(data[6:])))
+    return events
+
+
+def test_a_stream_has_the_real_event_sequence(standin):
+    standin.policy = ScriptedModel([["Let me look at that for you.", tool_use("bash", {"command": "ls -la"})]])
+    kinds = [kind for kind, _ in stream_events(standin, good_request())]
+    assert kinds[:3] == ["message_start", "ping", "content_block_start"]
+    assert kinds[-2:] == ["message_delta", "message_stop"]
+    assert kinds.count("content_block_start") == kinds.count("content_block_stop") == 2
+    events = dict(stream_events(standin, good_request()))  # the last event of each kind
+    assert events["message_delta"]["delta"]["stop_reason"] == "end_turn"  # the scripted model ran out
+
+
+def test_the_sdk_stream_helper_rebuilds_the_message(standin):
+    standin.policy = ScriptedModel([["Let me look at that for you, in pieces.",
+                                     tool_use("bash", {"command": "ls -la /tmp && echo done"})]])
+    client = anthropic.Anthropic(api_key="k", base_url=standin.url)
+    with client.messages.stream(model="m", max_tokens=100, messages=good_request()["messages"], tools=TOOLS) as stream:
+        pieces = [event.text for event in stream if event.type == "text"]
+        final = stream.get_final_message()
+    assert len(pieces) > 1 and "".join(pieces) == "Let me look at that for you, in pieces."
+    assert final.stop_reason == "tool_use" and final.content[1].input == {"command": "ls -la /tmp && echo done"}
+    assert final.usage.input_tokens == estimate_tokens(standin.requests[0])
+
+
+@pytest.mark.parametrize("turn,stop,content", [
+    (reply([]), "end_turn", []),
+    (reply(["I can't help with that."], "refusal", {"type": "refusal", "category": "cyber", "explanation": "no"}),
+     "refusal", ["I can't help with that."]),
+    (reply(["Searching"], "pause_turn"), "pause_turn", ["Searching"]),
+    (reply(["Too long"], "model_context_window_exceeded"), "model_context_window_exceeded", ["Too long"]),
+])
+def test_replies_a_real_model_also_sends(standin, turn, stop, content):
+    standin.policy = ScriptedModel([turn])
+    status, message = post(standin, good_request())
+    assert status == 200 and message["stop_reason"] == stop
+    assert [block["text"] for block in message["content"]] == content
+    if stop == "refusal":
+        assert message["stop_details"]["category"] == "cyber"
+
+
+def test_max_tokens_cuts_a_tool_call_in_the_middle_of_its_input(standin):
+    standin.policy = ScriptedModel([reply([tool_use("bash", {"command": "echo " + "a" * 200})], "max_tokens")])
+    partial = "".join(event["delta"]["partial_json"] for kind, event in stream_events(standin, good_request())
+                      if kind == "content_block_delta")
+    with pytest.raises(ValueError):
+        json.loads(partial)  # the input never finished
+    assert partial.startswith('{"command":"echo aaa')
+
+
+def test_faults_mid_stream_and_malformed_replies(standin):
+    client = anthropic.Anthropic(api_key="k", base_url=standin.url, max_retries=0)
+    standin.policy = lambda request: ["a reply long enough to be cut in the middle of its stream"]
+    standin.fail_next("stream_error")
+    with pytest.raises(anthropic.APIStatusError, match="Overloaded"):
+        with client.messages.stream(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]) as s:
+            s.get_final_message()
+    for fault in ("html", "truncated", "no_content"):
+        standin.fail_next(fault)
+        status, kind = urllib.request.urlopen(urllib.request.Request(
+            standin.url + "/v1/messages", data=json.dumps(good_request()).encode(),
+            headers={"Content-Type": "application/json", "X-Api-Key": "k"})), None
+        body = status.read()
+        with pytest.raises((ValueError, KeyError, AssertionError)):
+            assert json.loads(body)["content"] is not None
+
+
+# -- Prompt caching, as documented in the header ----------------------------------------
+def cached(server, body) -> dict:
+    status, message = post(server, {**body, "cache_control": {"type": "ephemeral"}})
+    assert status == 200, message
+    usage = message["usage"]
+    assert usage["input_tokens"] + usage["cache_read_input_tokens"] + usage["cache_creation_input_tokens"] \
+        == estimate_tokens({**body, "cache_control": {"type": "ephemeral"}})  # the three always add up
+    return usage
+
+
+def long_request(extra: str = "") -> dict:
+    body = good_request()
+    body["system"] = "You are careful. " * 400 + extra  # ~1,700 tokens: above the minimum
+    return body
+
+
+def test_cache_writes_then_reads_the_repeated_prefix(standin):
+    first = cached(standin, long_request())
+    assert first["cache_read_input_tokens"] == 0 and first["cache_creation_input_tokens"] > 1024
+    body = long_request()
+    body["messages"].append({"role": "assistant", "content": "noted"})
+    body["messages"].append({"role": "user", "content": "and one more thing"})
+    second = cached(standin, body)
+    assert second["cache_read_input_tokens"] == first["cache_creation_input_tokens"]
+    assert 0 < second["cache_creation_input_tokens"] < 50  # only the two new blocks
+
+
+def test_an_edit_in_old_history_makes_the_rest_a_cache_write(standin):
+    """Entries exist only where an earlier request ended (its breakpoint): an edit falls back
+    to the longest earlier request the new one still repeats exactly."""
+    body = long_request()
+    first = cached(standin, body)
+    body["messages"] += [{"role": "assistant", "content": "noted"}, {"role": "user", "content": "x " * 200}]
+    cached(standin, body)
+    body["messages"][-1]["content"] = "y " * 200  # edit the newest block
+    after = cached(standin, body)
+    assert after["cache_read_input_tokens"] == first["cache_creation_input_tokens"]
+    assert after["cache_creation_input_tokens"] > 100  # everything after the first request is written again
+    body["system"] += " And brief."  # change the system prompt: nothing after it matches
+    assert cached(standin, body)["cache_read_input_tokens"] == 0
+
+
+def test_short_prompts_and_requests_without_cache_control_are_not_cached(standin):
+    small = good_request()
+    assert cached(standin, small)["cache_creation_input_tokens"] == 0  # under the minimum length
+    status, message = post(standin, long_request())
+    assert message["usage"]["cache_creation_input_tokens"] == message["usage"]["cache_read_input_tokens"] == 0
+
+
+def test_cache_entries_expire_after_their_lifetime_unless_used(standin):
+    now = [0.0]
+    standin.cache.clock = lambda: now[0]
+    cached(standin, long_request())
+    now[0] += standin.cache.ttl - 1
+    assert cached(standin, long_request())["cache_read_input_tokens"] > 0  # a hit renews the entry
+    now[0] += standin.cache.ttl - 1
+    assert cached(standin, long_request())["cache_read_input_tokens"] > 0
+    now[0] += standin.cache.ttl + 1
+    assert cached(standin, long_request())["cache_read_input_tokens"] == 0  # forgotten
