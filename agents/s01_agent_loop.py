@@ -143,12 +143,12 @@ TOOLS = [
                       "new_text": {"type": "string"}}, "required": ["path", "old_text", "new_text"]}},
 ]
 
-TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read, "write_file": run_write, "edit_file": run_edit}
+TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read, "write_file": run_write,  # called with the call's input
+                 "edit_file": run_edit}
 
 SLASH_COMMANDS = {}  # "/name" -> fn(arg, history), its docstring the /help line; later steps add theirs
 
-JSON_TYPES = {"string": [str], "integer": [int], "number": [int, float], "boolean": [bool], "array": [list],
-              "object": [dict]}  # exact types: True is a bool here, not an integer
+JSON_TYPES = {"string": [str], "integer": [int], "boolean": [bool], "array": [list], "object": [dict]}  # exact
 
 def check_args(name: str, args: dict) -> None:
     """Check arguments against the tool's schema; say what is wrong and what is allowed."""

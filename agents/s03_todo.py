@@ -1,29 +1,26 @@
 #!/usr/bin/env python3
 """s03_todo.py - a session TODO list, and a reminder that keeps it honest.
+Base: s01_agent_loop.py - diff against it.
 
-On a job with several steps a model loses track of what is left. This step gives
-it a checklist for the current conversation (two tools: todo_write, todo_read),
-kept in memory by the harness. The harness also counts model calls that ignore
-the list; after NAG_AFTER of them, while items are unfinished, it attaches a
-reminder to the next request - to that request only, never to the history:
+On a job with several steps a model loses track of what is left. This step gives it a
+checklist for the current conversation (todo_write, todo_read), kept in memory by the
+harness. The harness also counts model calls that ignore the list; after NAG_AFTER of
+them, while items are unfinished, it adds a reminder to the next request - to that
+request only, never to the history:
 
-    history (what is kept)               the request actually sent
-    ---------------------------------    ------------------------------------------
-    user: "build it"                     user: "build it"
-    assistant: todo_write x3 (the plan)  assistant: todo_write x3 (the plan)
-    ... 3 model calls, no todo tool ...  ... the same ...
-    user: tool_result, tool_result       user: tool_result, tool_result,
-                                               <nag-reminder>...</nag-reminder>  <- here only
+    history (what is kept)                 the request actually sent
+    user: "build it"                       user: "build it"
+    assistant: todo_write x3 (the plan)    assistant: todo_write x3 (the plan)
+    ... 3 model calls, no todo tool ...    ... the same ...
+    user: tool_result, tool_result         user: tool_result, tool_result + <nag-reminder>
+                                                 (inside the last result, never a block after it)
 
-    TodoManager (memory, one per session):  t1 [done] (high) ...
-                                            t2 [in_progress] (normal) ...
-    /todos prints it; /new and /clear reset it with the conversation.
+Key insight: the model plans, but the harness keeps score - a transient reminder nudges
+the model without ever polluting the conversation it is part of.
 
-Key insight: the model plans, but the harness keeps score - a transient reminder
-nudges the model without ever polluting the conversation it is part of.
-
-Run:  python agents/s03_todo.py           (offline demo when no key is set)
-      python agents/s03_todo.py --demo    (force the offline demo)
+Read in this order: TodoManager, with_nag_reminder (where the reminder goes, and why),
+then the two marked lines in agent_loop. /todos prints the list; /new and /clear reset it.
+Run:  python agents/s03_todo.py  [--demo: the offline demo even with a key]  [--trace run.html]
 """
 
 import json
@@ -31,6 +28,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from anthropic import Anthropic, APIError
@@ -38,7 +36,6 @@ from dotenv import load_dotenv
 
 # -- Configuration ------------------------------------------------------------
 load_dotenv(".env")  # the current folder's .env; shell variables win
-
 WORKDIR = Path.cwd()
 MODEL = os.getenv("MODEL_ID") or "claude-sonnet-5-5"
 API_KEY = os.getenv("ANTHROPIC_API_KEY") or None
@@ -47,16 +44,12 @@ BASE_URL = os.getenv("ANTHROPIC_BASE_URL") or None
 MAX_TOKENS = 8000
 BASH_TIMEOUT = 60  # seconds
 OUTPUT_LIMIT = 50_000  # characters of tool output sent back to the model
-
-# Credentials are passed explicitly, so the SDK never guesses (and never warns).
-# With none at all there is no client: main() runs the offline demo instead.
+# Credentials are passed explicitly, so the SDK never guesses; with none, main() runs the offline demo.
 client = Anthropic(api_key=API_KEY, auth_token=AUTH_TOKEN, base_url=BASE_URL) if API_KEY or AUTH_TOKEN else None
-
-SYSTEM = (
-    f"You are a coding agent working in {WORKDIR}. "
-    "Use the tools to inspect and change files; act, then report briefly."
-    " For work with several steps, plan it with todo_write first and keep each item's status current."  # s03: ask for a plan
-)
+SYSTEM = (f"You are a coding agent working in {WORKDIR}. "
+          "Use the tools to inspect and change files; act, then report briefly.")
+SYSTEM += (" For work with several steps, plan it with todo_write first"  # s03: ask for a plan
+           " and keep each item's status current.")  # s03: ask for a plan
 
 
 # -- Base tools -----------------------------------------------------------------
@@ -67,85 +60,88 @@ def safe_path(relative: str) -> Path:
         raise ValueError(f"Path {relative!r} is outside the workspace {WORKDIR}")
     return path
 
-
-def clip(text: str) -> str:
-    """Cap tool output so one huge result cannot flood the context."""
-    if len(text) <= OUTPUT_LIMIT:
-        return text
-    cut = len(text) - OUTPUT_LIMIT
-    return text[:OUTPUT_LIMIT] + f"\n... [output truncated: {cut:,} more characters]"
-
-
-def kill_tree(process: subprocess.Popen) -> None:
-    """Kill the shell and everything it started (a plain kill leaves children running)."""
+def write_atomic(path: Path, text: str) -> None:
+    """Write a temp file, then rename it over the target: a failure leaves the old file as it was."""
+    mode = path.stat().st_mode if path.exists() else None  # a rewritten file keeps its mode
+    if mode is not None and not mode & 0o222:  # nobody may write it: someone made it read-only on purpose
+        raise PermissionError(f"{path.name} is read-only; it was left unchanged")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
     try:
-        if os.name == "posix":
-            os.killpg(process.pid, signal.SIGKILL)
-        else:
-            process.kill()
-    except ProcessLookupError:
-        pass  # it had already finished
-
+        with open(tmp, "xb", buffering=0) as file:  # a fresh file of our own; the umask sets a new file's mode
+            file.write(text.encode("utf-8"))  # a string that cannot be stored fails here: the target is untouched
+            os.fsync(file.fileno())  # on disk before the rename, so a crash cannot leave an empty file
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)  # atomic: readers see the old file or the new one, never half of one
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 def run_bash(command: str) -> str:
-    process = subprocess.Popen(
-        command, shell=True, cwd=WORKDIR, text=True, encoding="utf-8", errors="replace",
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group, so a timeout can kill it all
-    )
-    try:
-        output, _ = process.communicate(timeout=BASH_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        kill_tree(process)
-        process.communicate()
-        raise TimeoutError(f"bash timed out after {BASH_TIMEOUT}s; the command was killed")
-    except KeyboardInterrupt:  # Ctrl-C must not leave the command running either
-        kill_tree(process)
-        raise
-    output = output.strip() or "(no output)"
-    if process.returncode != 0:
-        output += f"\n[exit code {process.returncode}]"
-    return clip(output)
+    kept, total, done = bytearray(), [0], threading.Event()
 
+    def drain() -> None:  # keep the first OUTPUT_LIMIT bytes, count the rest: memory stays bounded
+        with process.stdout:  # closed at the end: a daemon still writing to it then gets SIGPIPE
+            while not done.is_set() and (chunk := process.stdout.read1(65536)):
+                kept.extend(chunk[:OUTPUT_LIMIT - len(kept)])
+                total[0] += len(chunk)
+    reader, timed_out = threading.Thread(target=drain, daemon=True), ""
+    process = subprocess.Popen(command, shell=True, cwd=WORKDIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, start_new_session=True)  # a group of its own: killable whole
+    try:
+        reader.start()
+        process.wait(timeout=BASH_TIMEOUT)
+    except (subprocess.TimeoutExpired, KeyboardInterrupt) as stop:  # neither may leave the command running
+        os.killpg(process.pid, signal.SIGKILL) if os.name == "posix" else process.kill()  # its children too
+        if isinstance(stop, KeyboardInterrupt):
+            raise
+        timed_out = f": killed after the {BASH_TIMEOUT}s timeout"
+    reader.join(timeout=1)  # a daemon the command started may hold the pipe open forever: stop reading
+    done.set()
+    output = kept.decode("utf-8", "replace").strip() or "(no output)"
+    if total[0] > OUTPUT_LIMIT:
+        output += f"\n... [output truncated: {total[0] - OUTPUT_LIMIT:,} more bytes]"
+    if reader.is_alive():
+        output += "\n[stopped reading: a background process still holds the output open]"
+    code = process.wait()
+    return output + (f"\n[exit code {code}{timed_out}]" if code else "")  # after the cut, so it always survives
 
 def run_read(path: str, limit: int | None = None) -> str:
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be a positive number of lines, got {limit}")
-    lines = safe_path(path).read_text(encoding="utf-8").splitlines()
+    target = safe_path(path)
+    if not target.is_file():  # a FIFO or a device would block or never end
+        raise ValueError(f"{path} is not a regular file")
+    with open(target, encoding="utf-8", newline="") as file:  # newline="": a \r\n is shown as it is
+        text, cut = file.read(OUTPUT_LIMIT), file.read(1) != ""  # never read more than can be returned
+    lines = text.splitlines(keepends=True)
     if limit is not None and limit < len(lines):
-        lines = lines[:limit] + [f"... [{len(lines) - limit} more lines]"]
-    return clip("\n".join(lines))
-
+        return "".join(lines[:limit]) + f"... [{len(lines) - limit}{'+' if cut else ''} more lines]"
+    return text + (f"\n... [output truncated at {OUTPUT_LIMIT:,} characters; use bash for the rest]" if cut else "")
 
 def run_write(path: str, content: str) -> str:
-    target = safe_path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(content, encoding="utf-8")
+    write_atomic(safe_path(path), content)
     return f"Wrote {len(content)} characters to {path}"
-
 
 def run_edit(path: str, old_text: str, new_text: str) -> str:
     target = safe_path(path)
-    text = target.read_text(encoding="utf-8")
+    text = target.read_bytes().decode("utf-8")  # bytes: a \r\n stays \r\n, as old_text must match it
     count = text.count(old_text) if old_text else 0
     if count == 0:
         raise ValueError(f"old_text not found in {path}; read the file and copy the text exactly")
     if count > 1:
         raise ValueError(f"old_text appears {count} times in {path}; include more context so it is unique")
-    target.write_text(text.replace(old_text, new_text, 1), encoding="utf-8")
+    write_atomic(target, text.replace(old_text, new_text, 1))
     return f"Edited {path}"
 
 
 # -- s03: a session TODO list, and a reminder that keeps it honest ---------------
-# The model keeps a checklist for the current conversation. It lives in memory
-# only: one TodoManager per REPL session, emptied by /new and /clear. The harness,
-# not the model, notices when the list goes stale and adds a reminder to the next
-# request - to the request only, never to the history.
-
+# The list lives in memory only: one TodoManager per REPL session, emptied by /new and
+# /clear. The harness, not the model, notices when the list goes stale and adds a reminder
+# to the next request - to the request only, never to the history.
 TODO_STATUSES = ("pending", "in_progress", "done")
-TODO_TOOL_NAMES = ("todo_write", "todo_read")
 NAG_AFTER = 3  # model calls in a row without a todo tool before the harness reminds
-
 
 class TodoManager:
     """In-memory TODO items keyed t1, t2, ...; ids are never reused in a session."""
@@ -155,23 +151,20 @@ class TodoManager:
 
     def reset(self) -> None:
         self.items: dict[str, dict] = {}
-        self.next_number = 1
+        self.next_number = 1  # a counter, not len(items): an id always means one item
         self.silent_calls = 0  # model calls since the model last used a todo tool
 
     def add(self, task: str, priority: str = "normal") -> str:
         task = str(task or "").strip()
         if not task:
             raise ValueError("a TODO item needs a non-empty task")
-        task_id = f"t{self.next_number}"
-        self.next_number += 1  # a counter, not len(items): an id always means one item
-        priority = str(priority or "").strip() or "normal"  # a free label, not an enum
-        self.items[task_id] = {"task": task, "status": "pending", "priority": priority}
+        task_id, self.next_number = f"t{self.next_number}", self.next_number + 1
+        self.items[task_id] = {"task": task, "status": "pending", "priority": str(priority or "").strip() or "normal"}
         return task_id
 
     def update(self, task_id: str, status: str) -> None:
         if task_id not in self.items:
-            known = ", ".join(self.items) or "none yet"
-            raise ValueError(f"unknown TODO id {task_id!r} (known ids: {known})")
+            raise ValueError(f"unknown TODO id {task_id!r} (known ids: {', '.join(self.items) or 'none yet'})")
         if status not in TODO_STATUSES:
             raise ValueError(f"invalid status {status!r}; allowed: {', '.join(TODO_STATUSES)}")
         self.items[task_id]["status"] = status
@@ -181,96 +174,84 @@ class TodoManager:
         return f"- {task_id} [{item['status']}] ({item['priority']}) {item['task']}"
 
     def list(self) -> str:
-        if not self.items:
-            return "No TODO items."
-        return "\n".join(["TODO items:"] + [self.line(task_id) for task_id in self.items])
+        return "\n".join(["TODO items:"] + [self.line(i) for i in self.items]) if self.items else "No TODO items."
 
-    def get_nag_reminder(self) -> str | None:
+    def nag_reminder(self) -> str | None:
+        """The reminder text once the list has been ignored NAG_AFTER calls in a row, else None."""
         unfinished = [task_id for task_id, item in self.items.items() if item["status"] != "done"]
-        if not unfinished:
+        if self.silent_calls < NAG_AFTER or not unfinished:
             return None
-        return "\n".join(["You still have unfinished TODO items. Keep them in sync with your progress."]
-                         + [self.line(task_id) for task_id in unfinished])
+        return "\n".join(["<nag-reminder>", "You still have unfinished TODO items. Keep them in sync with "
+                          "your progress."] + [self.line(task_id) for task_id in unfinished] + ["</nag-reminder>"])
 
-    def note_model_call(self, used_todo_tool: bool) -> None:
-        self.silent_calls = 0 if used_todo_tool else self.silent_calls + 1
-
+    def note_model_call(self, content: list) -> None:
+        used = any(block.type == "tool_use" and block.name.startswith("todo_") for block in content)
+        self.silent_calls = 0 if used else self.silent_calls + 1
 
 TODOS = TodoManager()  # one list per REPL session
 
-
-def run_todo_write(args: dict) -> str:
-    action = args.get("action")
+def run_todo_write(action: str, task: str = "", priority: str = "normal", task_id: str = "", status: str = "") -> str:
     if action == "add":
-        if not str(args.get("task") or "").strip():
+        if not task.strip():
             raise ValueError("action 'add' needs 'task': a non-empty description of the item")
-        task_id = TODOS.add(args["task"], args.get("priority", "normal"))
-        item = TODOS.items[task_id]
-        return f"Added {task_id} ({item['priority']}): {item['task']}"
+        new_id = TODOS.add(task, priority)
+        return f"Added {new_id} ({TODOS.items[new_id]['priority']}): {TODOS.items[new_id]['task']}"
     if action == "update":
-        missing = [key for key in ("task_id", "status") if not args.get(key)]
-        if missing:
-            raise ValueError(f"action 'update' needs {' and '.join(missing)} "
-                             f"(status is one of: {', '.join(TODO_STATUSES)})")
-        TODOS.update(args["task_id"], args["status"])
-        return f"Updated {args['task_id']}: now {args['status']}"
+        if not task_id or not status:
+            raise ValueError(f"action 'update' needs task_id and status (one of: {', '.join(TODO_STATUSES)})")
+        TODOS.update(task_id, status)
+        return f"Updated {task_id}: now {status}"
     raise ValueError(f"unknown action {action!r}; use 'add' or 'update'")
 
+def with_nag_reminder(history: list, reminder: str | None) -> list:
+    """The messages to send: the history itself, or a copy whose last user turn carries the reminder.
 
-def used_todo_tool(content: list) -> bool:
-    return any(block.type == "tool_use" and block.name in TODO_TOOL_NAMES for block in content)
-
-
-def with_nag_reminder(history: list, todos: TodoManager) -> list:
-    """The messages to send: the history itself, or a copy carrying a reminder.
-
-    The reminder becomes the LAST text block of the latest user message: after
-    every tool_result (the API wants results first), so it never sits between a
-    tool_use and its results. Only the copy changes, so the history stays a
-    faithful record and reminders never pile up.
+    Where it goes matters. Anthropic's documentation warns against text blocks placed right
+    after tool_result blocks: the model learns to expect the user after every tool call and
+    starts ending its turn with an empty reply. So after tool results the reminder goes inside
+    the content of the last tool_result; after the user's own words, it joins their text.
     """
-    reminder = todos.get_nag_reminder() if todos.silent_calls >= NAG_AFTER else None
     if reminder is None or not history or history[-1]["role"] != "user":
         return history
-    latest = history[-1]
-    content = latest["content"]
+    content = history[-1]["content"]
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
-    blocks.append({"type": "text", "text": f"<nag-reminder>\n{reminder}\n</nag-reminder>"})
-    return history[:-1] + [{**latest, "content": blocks}]
-
+    last = blocks[-1]
+    if last["type"] == "tool_result":
+        inner = last.get("content") or "(no output)"
+        inner = [{"type": "text", "text": inner}] if isinstance(inner, str) else list(inner)
+        blocks[-1] = {**last, "content": inner + [{"type": "text", "text": reminder}]}
+    else:
+        blocks.append({"type": "text", "text": reminder})
+    return history[:-1] + [{**history[-1], "content": blocks}]
 
 def messages_to_send(history: list) -> list:
     """with_nag_reminder for this session's list; shows the learner when it nags."""
-    outgoing = with_nag_reminder(history, TODOS)
-    if outgoing is not history:
-        print(f"[harness] {TODOS.silent_calls} model calls without a todo tool, items still open;"
-              " this request (not the history) carries:")
-        print(outgoing[-1]["content"][-1]["text"])
-    return outgoing
-
+    reminder = TODOS.nag_reminder()
+    if reminder:
+        print(f"[harness] {TODOS.silent_calls} model calls without a todo tool, items still open; "
+              "this request (not the history) carries:\n" + reminder)
+    return with_nag_reminder(history, reminder)
 
 def show_todos(arg: str, history: list) -> None:
+    """/todos: show the TODO list"""
     print(TODOS.list())
 
-
 def new_conversation(arg: str, history: list) -> None:
+    """/new, /clear: start a new conversation (the history and the TODO list are emptied)"""
     history.clear()  # the REPL's own list, emptied in place
     TODOS.reset()  # a TODO list belongs to one conversation
     print("[new conversation: history and TODO list cleared]")
 
-
 TODO_TOOLS = [
     {"name": "todo_write",
-     "description": "Keep your TODO list for this conversation. action='add' with task "
-                    "(and an optional priority label) adds an item and returns its id; "
-                    "action='update' with task_id and status (pending, in_progress, done) changes one.",
+     "description": "Keep your TODO list for this conversation. action='add' with task (and an optional "
+                    "priority label) adds an item and returns its id; action='update' with task_id and "
+                    "status (pending, in_progress, done) changes one.",
      "input_schema": {"type": "object", "properties": {
-         "action": {"type": "string", "enum": ["add", "update"]},
-         "task": {"type": "string"},
+         "action": {"type": "string", "enum": ["add", "update"]}, "task": {"type": "string"},
          "priority": {"type": "string", "description": "a free label; default normal"},
          "task_id": {"type": "string", "description": "t1, t2, ..."},
-         "status": {"type": "string", "enum": list(TODO_STATUSES)}},
-         "required": ["action"]}},
+         "status": {"type": "string", "enum": list(TODO_STATUSES)}}, "required": ["action"]}},
     {"name": "todo_read", "description": "Show your TODO list for this conversation.",
      "input_schema": {"type": "object", "properties": {}}},
 ]
@@ -279,69 +260,54 @@ TODO_TOOLS = [
 # -- The tool table: what the model sees, and what runs ------------------------
 TOOLS = [
     {"name": "bash", "description": "Run a shell command in the workspace.",
-     "input_schema": {"type": "object", "properties": {"command": {"type": "string"}},
-                      "required": ["command"]}},
+     "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}},
     {"name": "read_file", "description": "Read a text file; limit = max lines.",
-     "input_schema": {"type": "object", "properties": {"path": {"type": "string"},
-                      "limit": {"type": "integer"}}, "required": ["path"]}},
+     "input_schema": {"type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+                      "required": ["path"]}},
     {"name": "write_file", "description": "Create or overwrite a text file.",
-     "input_schema": {"type": "object", "properties": {"path": {"type": "string"},
-                      "content": {"type": "string"}}, "required": ["path", "content"]}},
+     "input_schema": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+                      "required": ["path", "content"]}},
     {"name": "edit_file", "description": "Replace one exact, unique piece of text in a file.",
-     "input_schema": {"type": "object", "properties": {"path": {"type": "string"},
-                      "old_text": {"type": "string"}, "new_text": {"type": "string"}},
-                      "required": ["path", "old_text", "new_text"]}},
+     "input_schema": {"type": "object", "properties": {"path": {"type": "string"}, "old_text": {"type": "string"},
+                      "new_text": {"type": "string"}}, "required": ["path", "old_text", "new_text"]}},
     *TODO_TOOLS,  # s03: todo_write and todo_read
 ]
 
-TOOL_HANDLERS = {
-    "bash": lambda args: run_bash(args["command"]),
-    "read_file": lambda args: run_read(args["path"], args.get("limit")),
-    "write_file": lambda args: run_write(args["path"], args["content"]),
-    "edit_file": lambda args: run_edit(args["path"], args["old_text"], args["new_text"]),
-    "todo_write": run_todo_write,  # s03: add or update an item
-    "todo_read": lambda args: TODOS.list(),  # s03: the list as text
-}
+TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read, "write_file": run_write,  # called with the call's input
+                 "edit_file": run_edit, "todo_write": run_todo_write, "todo_read": TODOS.list}  # s03: the list
 
-SLASH_COMMANDS = {"/todos": show_todos, "/new": new_conversation, "/clear": new_conversation}  # s03: list, reset
+SLASH_COMMANDS = {"/todos": show_todos, "/new": new_conversation, "/clear": new_conversation}  # s03: the list
 
-JSON_TYPES = {"string": str, "integer": int, "number": (int, float), "boolean": bool,
-              "array": list, "object": dict}
-
+JSON_TYPES = {"string": [str], "integer": [int], "boolean": [bool], "array": [list], "object": [dict]}  # exact
 
 def check_args(name: str, args: dict) -> None:
     """Check arguments against the tool's schema; say what is wrong and what is allowed."""
     schema = next(tool["input_schema"] for tool in TOOLS if tool["name"] == name)
-    properties = schema.get("properties", {})
-    missing = [key for key in schema.get("required", []) if key not in args]
+    allowed, missing = schema.get("properties", {}), [k for k in schema.get("required", []) if k not in args]
     if missing:
-        raise ValueError(f"missing required argument(s) {missing}; {name} takes {sorted(properties)}")
+        raise ValueError(f"missing required argument(s) {missing}; {name} takes {sorted(allowed)}")
     for key, value in args.items():
-        expected = properties.get(key, {}).get("type")
-        if key not in properties:
-            raise ValueError(f"unknown argument {key!r}; {name} takes {sorted(properties)}")
-        wrong_bool = isinstance(value, bool) and expected in ("integer", "number")
-        if expected in JSON_TYPES and (wrong_bool or not isinstance(value, JSON_TYPES[expected])):
+        if key not in allowed:
+            raise ValueError(f"unknown argument {key!r}; {name} takes {sorted(allowed)}")
+        expected = allowed[key].get("type")
+        if expected in JSON_TYPES and type(value) not in JSON_TYPES[expected]:
             raise ValueError(f"argument {key!r} must be of type {expected}, got {type(value).__name__}")
-
 
 def run_tool(block) -> dict:
     """Run one tool_use block; always return exactly one tool_result, errors included."""
     result = {"type": "tool_result", "tool_use_id": block.id}
-    if block.name not in TOOL_HANDLERS:
-        result.update(is_error=True, content=f"Unknown tool {block.name!r}. Available: {sorted(TOOL_HANDLERS)}")
-        return result
     args = block.input if isinstance(block.input, dict) else {}
     try:
+        if block.name not in TOOL_HANDLERS:
+            raise ValueError(f"Unknown tool {block.name!r}. Available: {sorted(TOOL_HANDLERS)}")
         check_args(block.name, args)
-        result["content"] = TOOL_HANDLERS[block.name](args)
+        result["content"] = TOOL_HANDLERS[block.name](**args)  # the schema's names are the handler's parameters
     except Exception as error:  # any failure becomes a result the model can read
         result.update(is_error=True, content=f"Error: {error}")
     return result
 
-
-def preview(text: str, width: int = 200) -> str:
-    flat = " ".join(str(text).split())
+def preview(value, width: int = 200) -> str:
+    flat = " ".join((value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)).split())
     return flat if len(flat) <= width else flat[:width] + "..."
 
 
@@ -349,58 +315,81 @@ def preview(text: str, width: int = 200) -> str:
 def agent_loop(messages: list) -> None:
     """Call the model, run the tools it asks for, repeat until it stops asking."""
     while True:
-        response = client.messages.create(
-            model=MODEL, system=SYSTEM, messages=messages_to_send(messages),  # s03: reminder on the request only
-            tools=TOOLS, max_tokens=MAX_TOKENS,
-        )
-        messages.append({"role": "assistant",
-                         "content": [block.model_dump(exclude_none=True) for block in response.content]})
-        TODOS.note_model_call(used_todo_tool(response.content))  # s03: count calls that ignore the list
-        for block in response.content:
-            if block.type == "text":
-                print(block.text)
-        if response.stop_reason != "tool_use":
-            close_turn(messages, f"not run: the reply ended with {response.stop_reason}")
+        reply = call_model(messages_to_send(messages))  # s03: a reminder on the request only, never the history
+        TODOS.note_model_call(reply.content)  # s03: count the calls that ignore the list
+        if note := add_reply(messages, reply):  # the turn ended early: say why
+            print(f"[{note}]")
+        if reply.stop_reason != "tool_use":
             return
-        results = []
-        for block in response.content:
-            if block.type == "tool_use":
-                print(f"> {block.name}: {preview(json.dumps(block.input, ensure_ascii=False), 120)}")
-                result = run_tool(block)
-                print(f"  {'ERROR ' if result.get('is_error') else ''}{preview(result['content'])}")
-                results.append(result)
-        messages.append({"role": "user", "content": results})
+        calls, results = [b for b in reply.content if b.type == "tool_use"], []
+        try:
+            for block in calls:
+                results.append(run_tool(block))
+                print(f"  {'ERROR ' if results[-1].get('is_error') else ''}{preview(results[-1]['content'])}")
+        finally:  # on Ctrl-C the calls that finished keep their results; only the rest are "interrupted"
+            messages.append({"role": "user", "content": results + [
+                {"type": "tool_result", "tool_use_id": b.id, "content": "interrupted by the user", "is_error": True}
+                for b in calls[len(results):]]})
 
+def call_model(messages: list, system: str = SYSTEM, tools: list = TOOLS, model: str = MODEL, echo: bool = True):
+    """One streamed call: text is shown as it arrives, each tool call once its block is complete."""
+    try:
+        with client.messages.stream(model=model, system=system, messages=messages, tools=tools,
+                                    max_tokens=MAX_TOKENS, cache_control={"type": "ephemeral"}) as stream:
+            for event in stream if echo else ():
+                if event.type == "text":
+                    print(event.text, end="", flush=True)
+                elif event.type == "content_block_stop":  # a text block ends its line; a tool call shows whole
+                    block = event.content_block
+                    print(f"> {block.name}: {preview(block.input, 120)}" if block.type == "tool_use" else "")
+            return stream.get_final_message()
+    except Exception as error:  # a stream cut short, or a 200 that is no reply (a broken "compatible" endpoint)
+        raise error if isinstance(error, APIError) else APIError(f"broken reply: {error!r}", None, body=None)
+
+STOP_NOTES = {  # the documented stop reasons that end a turn early, as the REPL says them
+    "max_tokens": f"cut off at max_tokens ({MAX_TOKENS}); an unfinished tool call was not run",
+    "model_context_window_exceeded": "cut off: the context window is full",
+    "refusal": "the model declined this request (refusal); rephrase it rather than repeat it",
+    "pause_turn": "the API paused this turn (pause_turn); send a message to let it go on",
+    "empty": "the model sent an empty reply; tell it how to go on",
+}
+
+def add_reply(messages: list, reply) -> str | None:
+    """Append the reply so the history stays valid; return why the turn ended early, if it did."""
+    content = json.loads(json.dumps([block.model_dump(exclude_none=True) for block in reply.content],
+                                    ensure_ascii=False).encode("utf-8", "replace"))  # lone surrogates become ?
+    refused = reply.stop_reason == "refusal"
+    if content and not refused:  # an empty reply in the history would make every later request invalid
+        messages.append({"role": "assistant", "content": content})
+    note = STOP_NOTES.get(reply.stop_reason if content or refused else "empty")
+    if note and (content or refused):
+        close_turn(messages, note)  # unfinished tool calls are answered; a refused request is marked
+    return note
 
 def close_turn(messages: list, reason: str) -> None:
-    """Answer every tool_use still open, so the next request is valid (API rule)."""
-    last = messages[-1] if messages else None
-    if last and last["role"] == "assistant" and isinstance(last["content"], list):
-        open_ids = [b["id"] for b in last["content"] if b.get("type") == "tool_use"]
-        if open_ids:
-            messages.append({"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": i, "content": reason, "is_error": True}
-                for i in open_ids]})
-
+    """After anything: answer every open tool_use; mark a request that got no reply, so it is not redone."""
+    last = messages[-1] if messages else {"role": None, "content": []}
+    open_ids = [b["id"] for b in last["content"] if last["role"] == "assistant" and b["type"] == "tool_use"]
+    if open_ids:
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": i, "content": reason, "is_error": True} for i in open_ids]})
+    elif last["role"] == "user":
+        add_user_text(messages, f"[not answered: {reason}]")
 
 def add_user_text(messages: list, text: str) -> None:
     """Append the user's words; join them to a trailing user turn so roles keep alternating."""
-    if messages and messages[-1]["role"] == "user":
-        last = messages[-1]
-        if isinstance(last["content"], str):
-            last["content"] = [{"type": "text", "text": last["content"]}]
-        last["content"].append({"type": "text", "text": text})
-    else:
-        messages.append({"role": "user", "content": text})
-
+    if not messages or messages[-1]["role"] != "user":
+        messages.append({"role": "user", "content": []})
+    elif isinstance(messages[-1]["content"], str):
+        messages[-1]["content"] = [{"type": "text", "text": messages[-1]["content"]}]
+    messages[-1]["content"].append({"type": "text", "text": text})
 
 def run_slash_command(line: str, history: list) -> None:
     name, _, arg = line.partition(" ")
-    command = SLASH_COMMANDS.get(name)
-    if command:
-        command(arg.strip(), history)
-    else:
-        print(f"Unknown command {name}. Available: {sorted(SLASH_COMMANDS) or 'none'}")
+    if name in SLASH_COMMANDS:
+        return SLASH_COMMANDS[name](arg.strip(), history)
+    print(("" if name == "/help" else f"Unknown command {name}. ") + "Commands: /help, q or exit (quit)",
+          *("  " + command.__doc__.splitlines()[0] for command in SLASH_COMMANDS.values()), sep="\n")
 
 
 # -- The REPL ---------------------------------------------------------------------
@@ -409,34 +398,32 @@ def repl(prompt: str = "s03 >> ") -> None:  # s03: this step's prompt
     while True:
         try:
             query = input(prompt).strip()
-        except (EOFError, KeyboardInterrupt):
+        except (EOFError, KeyboardInterrupt):  # Ctrl-D, or Ctrl-C at the prompt: quit
             print()
             return
-        if query.lower() in ("", "q", "exit"):
+        if query.lower() in ("q", "exit"):
             return
         try:
             if query.startswith("/"):
                 run_slash_command(query, history)
-            else:
+            elif query:  # an empty line does nothing
                 add_user_text(history, query)
                 agent_loop(history)
-        except KeyboardInterrupt:
-            close_turn(history, "interrupted by the user")
-            print("\n[turn interrupted; the conversation is kept]")
-        except APIError as error:
-            close_turn(history, "the turn failed with an API error")
-            print(f"[API error] {type(error).__name__}: {getattr(error, 'message', error)}")
+        except (KeyboardInterrupt, APIError) as error:  # the turn ends; the conversation stays valid
+            reason = "interrupted by the user" if isinstance(error, KeyboardInterrupt) else \
+                f"API error: {type(error).__name__}: {getattr(error, 'message', error)}"
+            close_turn(history, reason)
+            print(f"\n[{reason}]")
         print()
 
-
 def main() -> None:
-    if "--demo" in sys.argv or not (API_KEY or AUTH_TOKEN):
+    sys.stdout.reconfigure(errors="backslashreplace")  # print any string the API can send, lone surrogates too
+    if "--demo" in sys.argv or "--trace" in sys.argv or not (API_KEY or AUTH_TOKEN):
         try:
-            import offline  # the local stand-in, only needed without credentials
+            import offline  # the local stand-in and the trace recorder, needed only here
         except ImportError:
-            sys.exit("No ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN set, and the offline demo "
-                     "(agents/offline.py) is not next to this script. Set a key in .env to run.")
-        sys.exit(offline.run_demo(__file__))
+            sys.exit("No ANTHROPIC_API_KEY set, and agents/offline.py (the offline demo) is not next to this script.")
+        sys.exit(offline.run(__file__, sys.argv))
     repl()
 
 

@@ -29,14 +29,26 @@ def bash(command="echo working"):
 
 
 def nags_in(request: dict) -> list:
-    """(message index, block index) of every text block that carries a reminder."""
+    """(message index, block index) of every block that carries a reminder, as a text block
+    of its own or inside a tool_result's content."""
     found = []
     for i, message in enumerate(request["messages"]):
         blocks = message["content"] if isinstance(message["content"], list) else [
             {"type": "text", "text": message["content"]}]
-        found += [(i, j) for j, block in enumerate(blocks)
-                  if block.get("type") == "text" and "<nag-reminder>" in block["text"]]
+        found += [(i, j) for j, block in enumerate(blocks) if "<nag-reminder>" in json.dumps(block)]
     return found
+
+
+def without_reminder(message: dict) -> dict:
+    """The message as the history holds it: the request's copy minus its reminder."""
+    blocks = list(message["content"])
+    last = blocks[-1]
+    if last["type"] == "tool_result":
+        inner = last["content"][:-1]
+        blocks[-1] = {**last, "content": inner[0]["text"] if len(inner) == 1 else inner}
+    else:
+        blocks = blocks[:-1]
+    return {**message, "content": blocks}
 
 
 # -- TodoManager ---------------------------------------------------------------------
@@ -86,18 +98,22 @@ def test_update_accepts_exactly_three_statuses(agent):
 
 def test_nag_reminder_text_lists_only_unfinished_items(agent):
     todos = agent.TodoManager()
-    assert todos.get_nag_reminder() is None  # nothing to nag about
+    todos.silent_calls = agent.NAG_AFTER
+    assert todos.nag_reminder() is None  # nothing to nag about
     todos.add("Create planner")
     todos.add("Write tests", "high")
     todos.add("Ship it")
     todos.update("t1", "done")
     todos.update("t2", "in_progress")
-    assert todos.get_nag_reminder() == (REMINDER_HEAD + "\n"
-                                        "- t2 [in_progress] (high) Write tests\n"
-                                        "- t3 [pending] (normal) Ship it")
+    assert todos.nag_reminder() == ("<nag-reminder>\n" + REMINDER_HEAD + "\n"
+                                    "- t2 [in_progress] (high) Write tests\n"
+                                    "- t3 [pending] (normal) Ship it\n</nag-reminder>")
+    todos.silent_calls = agent.NAG_AFTER - 1
+    assert todos.nag_reminder() is None  # not stale yet
+    todos.silent_calls = agent.NAG_AFTER
     todos.update("t2", "done")
     todos.update("t3", "done")
-    assert todos.get_nag_reminder() is None
+    assert todos.nag_reminder() is None
 
 
 # -- The tools, through the real loop ---------------------------------------------------
@@ -120,7 +136,7 @@ TOOL_ERRORS = [
     ("add_without_task", {"action": "add"}, "action 'add' needs 'task'"),
     ("add_blank_task", {"action": "add", "task": "  "}, "action 'add' needs 'task'"),
     ("update_without_task_id", {"action": "update", "status": "done"}, "action 'update' needs task_id"),
-    ("update_without_status", {"action": "update", "task_id": "t1"}, "action 'update' needs status"),
+    ("update_without_status", {"action": "update", "task_id": "t1"}, "needs task_id and status (one of: pending"),
     ("unknown_id", {"action": "update", "task_id": "t9", "status": "done"}, "unknown TODO id 't9' (known ids: t1)"),
     ("invalid_status", {"action": "update", "task_id": "t1", "status": "finished"},
      "invalid status 'finished'; allowed: pending, in_progress, done"),
@@ -190,7 +206,9 @@ def test_nag_after_is_the_threshold(agent, standin):
     assert [bool(nags_in(r)) for r in standin.requests] == [False, False, True]
 
 
-def test_reminder_is_last_block_after_several_tool_results(agent, standin):
+def test_reminder_rides_inside_the_last_tool_result_never_after_it(agent, standin):
+    """Anthropic's docs link text blocks right after tool results to empty end_turn replies;
+    today's main put the reminder exactly there."""
     standin.policy = ScriptedModel([
         [add("Collect data"), add("Summarise")],
         [bash("echo 1")], [bash("echo 2")],
@@ -200,15 +218,15 @@ def test_reminder_is_last_block_after_several_tool_results(agent, standin):
     history = [{"role": "user", "content": "go"}]
     agent.agent_loop(history)
     request = standin.requests[4]
-    assert nags_in(request) == [(len(request["messages"]) - 1, 3)]
     latest = request["messages"][-1]
-    assert latest["role"] == "user"
-    assert [b["type"] for b in latest["content"]] == ["tool_result"] * 3 + ["text"]
+    assert nags_in(request) == [(len(request["messages"]) - 1, 2)]
+    assert [b["type"] for b in latest["content"]] == ["tool_result"] * 3  # no text block after the results
     uses = [b["id"] for b in request["messages"][-2]["content"] if b["type"] == "tool_use"]
-    assert [b["tool_use_id"] for b in latest["content"][:3]] == uses  # results still answer the tool_uses
-    assert latest["content"][3]["text"] == (
-        "<nag-reminder>\n" + REMINDER_HEAD + "\n- t1 [pending] (normal) Collect data\n"
-        "- t2 [pending] (normal) Summarise\n</nag-reminder>")
+    assert [b["tool_use_id"] for b in latest["content"]] == uses  # results still answer the tool_uses
+    assert latest["content"][2]["content"] == [
+        {"type": "text", "text": "c"},
+        {"type": "text", "text": "<nag-reminder>\n" + REMINDER_HEAD + "\n- t1 [pending] (normal) Collect data\n"
+                                 "- t2 [pending] (normal) Summarise\n</nag-reminder>"}]
     assert validate_request(request) is None and standin.rejected == []
 
 
@@ -218,26 +236,21 @@ def test_history_never_holds_a_reminder(agent, standin):
     agent.agent_loop(history)
     assert sum(bool(nags_in(r)) for r in standin.requests) == 3  # it did fire...
     assert "nag-reminder" not in json.dumps(history)  # ...yet the record is untouched
-    # each request is the history as it was then, plus at most the one reminder
-    for request in standin.requests:
+    for request in standin.requests:  # each request is the history as it was then, plus the one reminder
         sent = request["messages"]
         if nags_in(request):
-            sent = sent[:-1] + [{**sent[-1], "content": sent[-1]["content"][:-1]}]
+            sent = sent[:-1] + [without_reminder(sent[-1])]
         assert sent == history[:len(sent)]
 
 
-def test_with_nag_reminder_copies_and_handles_plain_text(agent):
-    todos = agent.TodoManager()
-    todos.add("a")
+def test_after_the_users_words_the_reminder_joins_their_text(agent):
     history = [{"role": "user", "content": "hello"}]
     before = copy.deepcopy(history)
-    todos.silent_calls = agent.NAG_AFTER - 1
-    assert agent.with_nag_reminder(history, todos) is history  # not stale yet: sent as is
-    todos.silent_calls = agent.NAG_AFTER
-    sent = agent.with_nag_reminder(history, todos)
+    assert agent.with_nag_reminder(history, None) is history  # nothing to say: sent as is
+    sent = agent.with_nag_reminder(history, "<nag-reminder>\nx\n</nag-reminder>")
     assert history == before  # the caller's list and messages are untouched
-    assert sent[0]["content"][0] == {"type": "text", "text": "hello"}
-    assert sent[0]["content"][1]["text"].startswith("<nag-reminder>\n" + REMINDER_HEAD)
+    assert sent[0]["content"] == [{"type": "text", "text": "hello"},
+                                  {"type": "text", "text": "<nag-reminder>\nx\n</nag-reminder>"}]
     assert validate_request({"model": "m", "max_tokens": 1, "messages": sent}) is None
 
 
@@ -251,7 +264,7 @@ def test_clear_and_new_reset_list_and_conversation(agent, standin, type_lines, c
     assert "TODO items:\n- t1 [pending] (normal) First job" in out
     after = out.split(command, 1)[1]
     assert "No TODO items." in after and "First job" not in after
-    assert standin.requests[-1]["messages"] == [{"role": "user", "content": "what now?"}]
+    assert standin.requests[-1]["messages"] == [{"role": "user", "content": [{"type": "text", "text": "what now?"}]}]
     assert agent.TODOS.next_number == 1 and agent.TODOS.silent_calls == 1
 
 

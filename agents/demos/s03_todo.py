@@ -7,6 +7,8 @@ only reacts because the reminder really arrived), brings the list up to date and
 finishes. The user then looks at the list with /todos.
 """
 
+import json
+
 from offline import latest_results, result_text, steps_since_prompt, tool_use
 
 PROMPTS = ["Write greet.py with a greet(name) function, a test for it in test_greet.py, "
@@ -29,9 +31,8 @@ WORK = {
 
 
 def reminded(request: dict) -> bool:
-    latest = request["messages"][-1]["content"]
-    return isinstance(latest, list) and any(
-        block.get("type") == "text" and "<nag-reminder>" in block["text"] for block in latest)
+    """The reminder rides inside the last tool result (or with the user's words)."""
+    return "<nag-reminder>" in json.dumps(request["messages"][-1])
 
 
 def policy(request: dict) -> list:
