@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from offline import ScriptedModel, estimate_tokens, latest_results, tool_use, validate_request
+from offline import ScriptedModel, estimate_tokens, latest_results, reply, tool_use, validate_request
 
 STEP = "s06_compact"
 PLACEHOLDER = re.compile(r"^\[cleared: (\w+) result, ([\d,]+) chars; full text in "
@@ -18,7 +18,9 @@ PLACEHOLDER = re.compile(r"^\[cleared: (\w+) result, ([\d,]+) chars; full text i
 
 @pytest.fixture
 def agent(load_step):
-    return load_step(STEP)
+    module = load_step(STEP)
+    module.CLEAR_BATCH_TOKENS = 0  # most tests look at one rule at a time; the batch has its own tests
+    return module
 
 
 def is_summary_request(body: dict) -> bool:
@@ -44,7 +46,8 @@ def exchange(call_id: str, name: str, content: str, **extra) -> list:
                                           "content": content, **extra}]}]
 
 
-def sample_history() -> list:
+def sample_history(pending: bool = False) -> list:
+    """Finished exchanges; with pending=True, a newest user turn the model has not read yet."""
     parallel = [{"role": "assistant", "content": [
                     {"type": "tool_use", "id": "p1", "name": "bash", "input": {"command": "a"}},
                     {"type": "tool_use", "id": "p2", "name": "read_file", "input": {"path": "b"}}]},
@@ -56,7 +59,8 @@ def sample_history() -> list:
             + exchange("t2", "bash", "short output")              # short: never worth clearing
             + exchange("t3", "read_file", big("err", 400), is_error=True)
             + parallel                                            # counts as two results
-            + exchange("t4", "read_file", big("four", 800)))
+            + exchange("t4", "read_file", big("four", 800))
+            + ([{"role": "assistant", "content": [{"type": "text", "text": "done"}]}] if not pending else []))
 
 
 def test_micro_compaction_clears_only_old_long_results(agent):
@@ -92,7 +96,8 @@ def test_micro_compaction_never_touches_calls_ids_or_structure(agent):
             assert set(old_block) == set(new_block)  # same keys: is_error survives
             assert {k: v for k, v in old_block.items() if k != "content"} == \
                    {k: v for k, v in new_block.items() if k != "content"}
-    body = {"model": "m", "max_tokens": 10, "messages": history, "tools": agent.TOOLS}
+    body = {"model": "m", "max_tokens": 10, "messages": history + [{"role": "user", "content": "go on"}],
+            "tools": agent.TOOLS}
     assert validate_request(body) is None
 
 
@@ -107,6 +112,30 @@ def test_keep_recent_is_respected(agent, keep):
     long_ones = [True, False, True, True, True, True]  # t1, t2, t3, p1, p2, t4
     expected = [is_long and i < len(contents) - keep for i, is_long in enumerate(long_ones)]
     assert cleared == expected
+
+
+def test_results_in_the_newest_user_turn_are_never_cleared(agent):
+    """Five parallel results the model has not read yet: today's main cleared the first two."""
+    agent.KEEP_RECENT = 3
+    calls = [{"type": "tool_use", "id": f"n{i}", "name": "read_file", "input": {"path": f"{i}"}} for i in range(5)]
+    history = [{"role": "user", "content": "read five files"}, {"role": "assistant", "content": calls},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"n{i}", "content": big(f"x{i}")}
+                                            for i in range(5)]}]
+    before = copy.deepcopy(history)
+    assert agent.micro_compact(history) == 0 and history == before
+    history += [{"role": "assistant", "content": [{"type": "text", "text": "read them"}]},
+                {"role": "user", "content": "and now?"}]
+    assert agent.micro_compact(history) == 2  # once read, the oldest two of the five may go
+
+
+def test_micro_compaction_waits_for_a_batch_then_clears_it_at_once(agent):
+    agent.KEEP_RECENT, agent.CLEAR_BATCH_TOKENS = 0, 1500  # one big("one", 5214) result is ~1,300 tokens
+    history = sample_history()[:3] + [{"role": "assistant", "content": [{"type": "text", "text": "ok"}]}]
+    assert agent.micro_compact(history) == 0  # t1 alone is not worth a cache write of all that follows
+    history = sample_history()
+    assert agent.micro_compact(history) == 5  # with the others it is: all five long ones in one edit
+    contents = [b["content"] for m in history for b in agent.content_blocks(m) if b["type"] == "tool_result"]
+    assert [bool(PLACEHOLDER.match(c)) for c in contents] == [True, False, True, True, True, True]
 
 
 # -- The transcript --------------------------------------------------------------------------
@@ -125,12 +154,13 @@ def test_transcript_holds_full_text_of_every_cleared_result(agent, standin, work
     agent.agent_loop(history)
     final = standin.requests[-1]["messages"]
     sent = [r["content"] for m in final for r in agent.content_blocks(m) if r.get("type") == "tool_result"]
-    assert [bool(PLACEHOLDER.match(c)) for c in sent] == [True, True, True, False, False, False]
+    assert [bool(PLACEHOLDER.match(c)) for c in sent] == [True, True, False, False, False, False]  # f5: unread
     recorded = [b["content"] for line in transcript_lines(agent) for b in agent.content_blocks(line)
                 if b.get("type") == "tool_result"]
     assert recorded == texts  # full text, each exactly once, in order
     assert agent.TRANSCRIPT.path.parent == workdir / ".transcripts"
     assert transcript_lines(agent)[0] == {"role": "user", "content": "read six files"}
+    assert len(transcript_lines(agent)) == len(history)  # the final reply reached the disk too
     assert transcript_lines(agent)[-1]["content"][0]["text"] == "read them all"
     assert standin.rejected == []
 
@@ -153,17 +183,19 @@ def test_transcript_records_words_joined_to_a_recorded_turn(agent, standin, work
     standin.policy = ScriptedModel([ask_then_break, ["fine"]])
     type_lines("go", "and now?")
     agent.repl()
-    assert "[API error] BadRequestError" in capsys.readouterr().out
+    assert "[API error: BadRequestError" in capsys.readouterr().out
     lines = transcript_lines(agent)
     assert [line["role"] for line in lines] == ["user", "assistant", "user", "user", "assistant"]
     assert lines[2]["content"][0]["content"] == "content of f"
-    assert lines[3] == {"role": "user", "content": [{"type": "text", "text": "and now?"}]}
+    assert [b["text"] for b in lines[3]["content"]][-1] == "and now?"  # after the "[not answered: ...]" mark
     assert lines[4]["content"][0]["text"] == "fine" and standin.rejected == []
 
 
 # -- Automatic compaction --------------------------------------------------------------------
-def fake_reply(tokens: int):
-    return types.SimpleNamespace(usage=types.SimpleNamespace(input_tokens=tokens))
+def fake_reply(uncached: int, read: int = 0, written: int = 0, stop: str = "end_turn"):
+    usage = types.SimpleNamespace(input_tokens=uncached, cache_read_input_tokens=read,
+                                  cache_creation_input_tokens=written)
+    return types.SimpleNamespace(usage=usage, stop_reason=stop)
 
 
 def finished_turns(n: int) -> list:
@@ -174,23 +206,24 @@ def finished_turns(n: int) -> list:
     return history + [{"role": "user", "content": "next question"}]
 
 
-def test_trigger_uses_usage_input_tokens_not_the_estimate(agent, standin):
+def test_trigger_counts_cached_tokens_too_not_the_estimate(agent, standin):
+    """With caching on, usage.input_tokens is only the uncached tail: the context is all three."""
     agent.COMPACT_THRESHOLD = 1000
     standin.policy = ScriptedModel([["SUMMARY"]])
     small = finished_turns(2)
     assert agent.estimate_tokens(small) < 1000
-    agent.record_reply(small, fake_reply(1000))  # the API says: at the threshold
+    agent.record_usage(fake_reply(uncached=10, read=900, written=90))  # the API says: at the threshold
     agent.prepare_context(small)
     assert len(standin.requests) == 1 and is_summary_request(standin.requests[0])
     assert "SUMMARY" in small[0]["content"][0]["text"]
 
     huge = finished_turns(2)
     huge[0]["content"] = big("padding", 20_000)  # the estimate is far above the threshold...
-    agent.record_reply(huge, fake_reply(999))  # ...but the API's own count is below it
+    agent.record_usage(fake_reply(uncached=999))  # ...but the API's own count is below it
     agent.prepare_context(huge)
     assert len(standin.requests) == 1  # no new summary request
 
-    agent.METER.last_input_tokens = None  # no reply yet: the documented estimate decides
+    agent.METER.last_tokens = None  # no reply yet: the documented estimate decides
     standin.policy = ScriptedModel([["SUMMARY 2"]])
     agent.prepare_context(huge)
     assert len(standin.requests) == 2 and "SUMMARY 2" in huge[0]["content"][0]["text"]
@@ -203,7 +236,7 @@ def test_estimate_before_first_reply_matches_documented_formula(agent, standin):
     guess = agent.context_tokens(history)
     agent.agent_loop(history)
     assert guess == estimate_tokens(standin.requests[0])  # ceil(len(JSON of system, messages, tools) / 4)
-    assert agent.METER.last_input_tokens == guess  # the stand-in reports the same count
+    assert agent.METER.last_tokens == guess  # the stand-in reports the same count, cached or not
 
 
 def test_default_threshold_and_environment(load_step, monkeypatch):
@@ -234,7 +267,7 @@ def test_auto_compaction_end_to_end_keeps_pending_turn(agent, standin, workdir, 
     agent.agent_loop(history)
     out = capsys.readouterr().out
     assert standin.rejected == []
-    assert re.search(r"\[compact\] automatic: [\d,]+ -> ~[\d,]+ tokens; full record in \.transcripts/", out)
+    assert re.search(r"\[compact\] automatic: [\d,]+ -> ~[\d,]+ tokens; record in \.transcripts/", out)
     calls = [r for r in standin.requests if not is_summary_request(r)]
     crossing = next(i for i, r in enumerate(calls) if estimate_tokens(r) >= 1500)
     assert len(summaries) == 1 and standin.requests.index(summaries[0]) == crossing + 1
@@ -247,7 +280,7 @@ def test_auto_compaction_end_to_end_keeps_pending_turn(agent, standin, workdir, 
 
 def test_summary_request_has_no_tools_and_asks_for_the_six_parts(agent, standin):
     standin.policy = ScriptedModel([["a summary"]])
-    history = sample_history() + [{"role": "assistant", "content": [{"type": "text", "text": "done"}]}]
+    history = sample_history()
     assert agent.compact(history, "requested by the user", "the file sizes")
     [request] = standin.requests
     assert "tools" not in request and "summarise" in request["system"]
@@ -312,8 +345,8 @@ def test_slash_compact_and_tokens_in_the_repl(agent, standin, type_lines, capsys
     agent.repl()
     out = capsys.readouterr().out
     assert "context: " in out and "(estimate)" in out  # no reply yet
-    assert re.search(r"context: [\d,]+ tokens \(usage.input_tokens of the last reply\); auto compaction at 50,000", out)
-    assert re.search(r"call +1 +[\d,]+ #+", out)
+    assert re.search(r"context: [\d,]+ tokens \(the last reply's usage\); auto compaction at 50,000", out)
+    assert re.search(r"call +1 +0 \+ +0 \+ +[\d,]+ +#+", out)  # read + written + uncached
     summary_request, second = standin.requests[1], standin.requests[2]
     assert is_summary_request(summary_request)
     assert "Keep in particular detail: keep the numbers" in summary_request["messages"][0]["content"]
@@ -406,6 +439,7 @@ def test_fuzz_compaction_at_every_point_keeps_requests_valid(agent, capsys, seed
             for event in events[:point + 1]:
                 apply(agent, history, event)
             if before_model_call(events, point):
+                agent.CLEAR_BATCH_TOKENS = rng.choice([0, 0, 500])
                 agent.micro_compact(history)
             snapshot = json.dumps(history)
             done = agent.compact(history, "fuzz")  # ...wherever that is
@@ -449,9 +483,70 @@ def test_offline_demo_shows_every_layer(offline_demo):
     done = offline_demo(STEP).done
     out = done.stdout
     assert done.returncode == 0, done.stderr
-    assert "[micro] cleared 1 old tool result(s)" in out
-    assert re.search(r"\[compact\] automatic: 1\d,\d{3} -> ~\d{3} tokens", out)
-    assert "auto compaction at 10,000" in out and "<- compacted before this call" in out
+    micro, compacted = out.index("[micro] cleared 2 old tool results in one batch"), out.index("[compact] automatic")
+    assert micro < compacted  # the cheap layer first, the summary when it no longer suffices
+    assert re.search(r"\[compact\] automatic: 1\d,\d{3} -> ~\d,\d{3} tokens", out)
+    assert "auto compaction at 12,000" in out and "<- micro before this call" in out
+    assert "<- compacted before this call" in out
+    assert re.search(r"call +3 +[1-9][\d,]* \+", out)  # the cache is read from the third call on
     assert "Writing the report from the counts in the summary." in out
-    assert "it holds the full text of 6 of 6 logs" in out
+    assert "it holds the full text of 8 of 8 logs" in out
     assert "| logs/payments.log | 63 |" in out and "0 rejected by the validator" in out
+
+
+# -- Caching, the window, and a transcript that cannot be written --------------------------------
+def test_batching_turns_a_cache_write_per_call_into_a_few(agent, standin, workdir):
+    """Per-call clearing makes almost every call rewrite the history; batches make it rare."""
+    for i in range(16):
+        (workdir / f"f{i}.txt").write_text(big(f"file{i}", 3000))
+    agent.COMPACT_THRESHOLD = 10 ** 9
+    rewrites = {}
+    for batch in (0, 3000):
+        standin.calls.clear()
+        standin.policy, agent.CLEAR_BATCH_TOKENS = reading_model(16), batch
+        agent.agent_loop([{"role": "user", "content": "read sixteen files"}])
+        rewrites[batch] = sum(c["reply"]["usage"]["cache_creation_input_tokens"] > 1500 for c in standin.calls)
+    assert rewrites[0] >= 12 and rewrites[3000] <= 5, rewrites
+
+
+def test_a_full_window_compacts_and_retries_once(agent, standin, capsys):
+    standin.policy = ScriptedModel([
+        reply(["cut off in the mid"], "model_context_window_exceeded"),
+        ["SUMMARY of the long session"],
+        ["the answer, from the summary"],
+    ])
+    history = finished_turns(3)
+    agent.agent_loop(history)
+    out = capsys.readouterr().out
+    assert "[compact] the context window was full" in out
+    assert is_summary_request(standin.requests[1]) and history[-1]["content"][0]["text"] == "the answer, from the summary"
+    assert "cut off in the mid" not in json.dumps(history) and standin.rejected == []
+    standin.policy = ScriptedModel([reply(["again"], "model_context_window_exceeded"), ["SUMMARY"],
+                                    reply(["and again"], "model_context_window_exceeded")])
+    agent.add_user_text(history, "more")
+    agent.agent_loop(history)  # compacted once more, then the second cut-off ends the turn
+    assert "cut off: the context window is full" in capsys.readouterr().out
+    assert len(standin.requests) == 6 and standin.rejected == []
+
+
+@pytest.mark.parametrize("breakage", ["folder is a file", "transcript is a folder", "disk full"])
+def test_a_transcript_that_cannot_be_written_is_said_and_nothing_is_compacted(
+        agent, standin, workdir, type_lines, capsys, monkeypatch, breakage):
+    """Today's main died with a traceback and left the tool_use unanswered."""
+    if breakage == "folder is a file":
+        (workdir / ".transcripts").write_text("not a folder")
+    elif breakage == "transcript is a folder":
+        agent.TRANSCRIPT.path.mkdir(parents=True)
+    else:
+        def no_space(*args, **kwargs):
+            raise OSError(28, "No space left on device")
+        monkeypatch.setattr(type(agent.TRANSCRIPT.path), "open", no_space)
+    agent.COMPACT_THRESHOLD = 10
+    standin.policy = ScriptedModel([[tool_use("bash", {"command": "echo one"})], ["answered"]])
+    type_lines("go", "/compact")
+    agent.repl()
+    out = capsys.readouterr().out
+    assert out.count("[transcript] cannot write") == 1 and str(agent.TRANSCRIPT.path) in out
+    assert "answered" in out and "[compact]" not in out and "Traceback" not in out
+    assert not any(is_summary_request(r) for r in standin.requests)  # no record, no compaction
+    assert standin.rejected == []

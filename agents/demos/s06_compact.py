@@ -18,12 +18,13 @@ from pathlib import Path
 
 from offline import blocks_of, is_prompt, latest_results, result_text, system_text, tool_use
 
-DEMO_THRESHOLD = 10_000  # tokens; the script's default is 50,000
-SMALL_LOGS = ["api", "auth", "billing", "search"]
+DEMO_THRESHOLD = 12_000  # tokens; the script's default is 50,000
+DEMO_BATCH = 4_000  # tokens micro compaction waits for; the script's default is 5,000
+SMALL_LOGS = ["api", "auth", "billing", "search", "cache", "mail"]
 BIG_LOGS = ["payments", "gateway"]
 PROMPTS = [
-    "Read logs/api.log, logs/auth.log, logs/billing.log and logs/search.log, "
-    "and tell me which service logged the most errors.",
+    "Read logs/api.log, logs/auth.log, logs/billing.log, logs/search.log, logs/cache.log and "
+    "logs/mail.log, and tell me which service logged the most errors.",
     "Now the two big ones as well: logs/payments.log and logs/gateway.log.",
     "/tokens",
     "Write report.md: the error count of every log you read, highest first.",
@@ -55,6 +56,7 @@ def make_log(service: str, chars: int) -> str:
 def setup(workdir: Path) -> None:
     import os
     os.environ["COMPACT_THRESHOLD"] = str(DEMO_THRESHOLD)  # read by the script when it loads
+    os.environ["CLEAR_BATCH_TOKENS"] = str(DEMO_BATCH)
     (workdir / "logs").mkdir()
     for service in SMALL_LOGS:
         (workdir / "logs" / f"{service}.log").write_text(make_log(service, 8_000), encoding="utf-8")
@@ -126,7 +128,8 @@ def policy(request: dict) -> list:
                 tool_use("write_file", {"path": "report.md", "content": "| log | errors |\n|---|---|\n" + table})]
     wanted = list(dict.fromkeys(LOG_PATH.findall(words)))
     done = read_since(request, index)
-    remaining = [path for path in wanted if path not in done]
+    known = counts(all_text(request) + " ".join(reply))
+    remaining = [path for path in wanted if path not in done and path not in known]
     if remaining:
         return reply + [tool_use("read_file", {"path": remaining[0]})]
     seen = counts(all_text(request) + " ".join(reply))
