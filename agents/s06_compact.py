@@ -26,7 +26,6 @@ Run:  python agents/s06_compact.py  [--demo]  [--trace run.html]   (COMPACT_THRE
 """
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -143,6 +142,7 @@ def run_edit(path: str, old_text: str, new_text: str) -> str:
 # cache makes the repeated part cheap, but only up to the first block that changed, so the
 # layers edit old history rarely and in batches. The rule above all: every message is on
 # disk, in full, before any layer touches the history.
+import math
 import secrets
 import time
 from dataclasses import dataclass, field
