@@ -4,7 +4,7 @@ The model plans a small project as a graph - one task unblocks two that can run 
 parallel, and both gate the last one - tries to start the last task too early (the
 board refuses and says why), then completes the tasks in order while each result
 reports what it unblocked, and leaves the last task for later. Finally the demo builds
-a brand-new TaskManager from the files on disk: the board survived the session, and
+a brand-new TaskBoard from the files on disk: the board survived the session, and
 it knows what is ready next. Ids always come from real results.
 """
 
@@ -47,10 +47,10 @@ def plan(step: int, ids: dict) -> list:
         return ["I'll put the plan on the task board. The first task has no blockers.",
                 tool_use("task_create", {"subject": DESIGN, "description": "Entities, fields, invariants."})]
     if step == 1:  # both need the id the board just returned; they can be created in one turn
-        return [tool_use("task_create", {"subject": API, "blockedBy": [ids[DESIGN]]}),
-                tool_use("task_create", {"subject": DOCS, "blockedBy": [ids[DESIGN]]})]
+        return [tool_use("task_create", {"subject": API, "blocked_by": [ids[DESIGN]]}),
+                tool_use("task_create", {"subject": DOCS, "blocked_by": [ids[DESIGN]]})]
     if step == 2:
-        return [tool_use("task_create", {"subject": SHIP, "blockedBy": [ids[API], ids[DOCS]]})]
+        return [tool_use("task_create", {"subject": SHIP, "blocked_by": [ids[API], ids[DOCS]]})]
     if step == 3:
         return [tool_use("task_list", {})]
     return ["The plan is on the board: the API and the docs wait for the design, and shipping waits for both."]
@@ -89,12 +89,12 @@ def policy(request: dict) -> list:
 
 
 def finish(namespace: dict, workdir: Path) -> None:
-    """A new TaskManager, a new process in spirit: everything it knows comes from .tasks/."""
+    """A new TaskBoard, a new process in spirit: everything it knows comes from .tasks/."""
     tasks_dir = workdir / ".tasks"
     print("=" * 70)
-    print("Restart: a fresh TaskManager reads the board back from disk.")
+    print("Restart: a fresh TaskBoard reads the board back from disk.")
     print("Files:", ", ".join(sorted(p.name for p in tasks_dir.iterdir())))
-    board = namespace["TaskManager"](tasks_dir)
-    print(namespace["render_board"](board.list()))
+    board = namespace["TaskBoard"](tasks_dir)
+    print(namespace["render_board"](board.tasks()))
     print("ready() ->", [f"#{task['id']} {task['subject']}" for task in board.ready()])
     print("=" * 70)
