@@ -162,10 +162,10 @@ class TaskError(ValueError):
         super().__init__(f"{code}: {message}")
         self.code = code
 
-class CorruptTaskFile(Exception):
-    """A board file that cannot be trusted: the board names it and stops, rather than guess or overwrite."""
+class CorruptFile(Exception):
+    """A state file that cannot be trusted: named, and left alone, rather than guessed at or overwritten."""
     def __init__(self, path: Path, reason: str):
-        super().__init__(f"{path}: {reason}. The board will not overwrite it: fix it by hand or move it, then retry.")
+        super().__init__(f"{path}: {reason}. It is left as it is: fix it by hand or move it away, then retry.")
 
 @contextlib.contextmanager
 def file_lock(path: Path):
@@ -277,9 +277,9 @@ class TaskBoard:
         except FileNotFoundError:
             raise TaskError("NOT_FOUND", f"there is no task {task_id}; call task_list to see the ids") from None
         except (OSError, ValueError) as error:  # ValueError: bad UTF-8 or bad JSON
-            raise CorruptTaskFile(path, f"cannot be read as JSON ({error})") from None
+            raise CorruptFile(path, f"cannot be read as JSON ({error})") from None
         if problem := record_problem(task, task_id):
-            raise CorruptTaskFile(path, problem)
+            raise CorruptFile(path, problem)
         return task
 
     def read_all(self) -> dict[int, dict]:
@@ -290,9 +290,9 @@ class TaskBoard:
         for task in board.values():
             for blocker in task["blockedBy"]:
                 if board.get(blocker, {"status": "deleted"})["status"] == "deleted":
-                    raise CorruptTaskFile(self.path(task["id"]), f"blocked by task {blocker}, deleted or gone")
+                    raise CorruptFile(self.path(task["id"]), f"blocked by task {blocker}, deleted or gone")
         if cycle := find_cycle({i: t["blockedBy"] for i, t in board.items() if t["status"] != "deleted"}):
-            raise CorruptTaskFile(self.path(cycle[0]), f"dependency cycle {format_cycle(cycle)}")
+            raise CorruptFile(self.path(cycle[0]), f"dependency cycle {format_cycle(cycle)}")
         return board
 
     def tasks(self) -> list[dict]:
@@ -330,7 +330,7 @@ class TaskBoard:
             last = self.dir / ".highwatermark"
             text = last.read_text(encoding="utf-8").strip() if last.exists() else "0"
             if not (text.isascii() and text.isdigit() and len(text) < 19):
-                raise CorruptTaskFile(last, f"expected the last id handed out, found {text[:40]!r}")
+                raise CorruptFile(last, f"expected the last id handed out, found {text[:40]!r}")
             task_id = int(text) + 1
             while self.path(task_id).exists():  # a lost .highwatermark must never cost a task
                 task_id += 1
@@ -473,7 +473,7 @@ def show_tasks(arg: str, history: list) -> None:
     try:
         tasks = BOARD.tasks()
         print(render_mermaid(tasks) if arg == "graph" else render_board(tasks, include_deleted=arg == "all"))
-    except (TaskError, CorruptTaskFile, OSError) as error:  # a broken board must not end the session
+    except (TaskError, CorruptFile, OSError) as error:  # a broken board must not end the session
         print(f"[task board] {error}")
 
 

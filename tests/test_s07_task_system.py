@@ -247,7 +247,7 @@ def test_rewritten_task_files_keep_their_mode_and_read_only_ones_are_refused(boa
 def test_a_huge_highwatermark_is_named_not_a_bare_value_error(board, tasks_dir):
     board.create("Plan")
     (tasks_dir / ".highwatermark").write_text("7" * 5000)
-    with pytest.raises(s07.CorruptTaskFile) as caught:
+    with pytest.raises(s07.CorruptFile) as caught:
         board.create("Build")
     assert str(tasks_dir / ".highwatermark") in str(caught.value) and "expected the last id" in str(caught.value)
     assert not (tasks_dir / "task_2.json").exists()
@@ -369,7 +369,7 @@ def test_corrupt_file_is_reported_with_path_and_reason_and_never_overwritten(boa
     (tasks_dir / name).write_text(content)
     before = snapshot(tasks_dir)
     for attempt in (board.tasks, board.ready, lambda: board.get(1), lambda: board.update(2, status="deleted")):
-        with pytest.raises(s07.CorruptTaskFile) as caught:
+        with pytest.raises(s07.CorruptFile) as caught:
             attempt()
         assert reason in str(caught.value) and str(tasks_dir / name) in str(caught.value)
     assert snapshot(tasks_dir) == before

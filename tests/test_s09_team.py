@@ -1,16 +1,16 @@
-"""s09: teammates, JSONL mailboxes across threads and processes, request/response protocols."""
+"""s09: a team that works from the board - names, the roster, JSONL mailboxes across threads and
+processes, request/response protocols, teammates, the lead's inbox, and a learner's run."""
 
 import json
-import subprocess
-import sys
-import textwrap
+import multiprocessing
+import os
 import threading
 import time
 
 import pytest
 
-from conftest import AGENTS
-from offline import ScriptedModel, last_user_text, latest_results, load_demo, system_text, tool_use
+from conftest import AGENTS, wait_until
+from offline import ScriptedModel, last_user_text, latest_results, result_text, system_text, tool_use
 
 STEP = "s09_team"
 
@@ -20,12 +20,13 @@ def team(load_step):
     module = load_step(STEP)
     module.TEAM_TIMEOUT = 10  # a hung teammate fails the test instead of hanging it
     yield module
-    for loop in module.RUNNING.values():
-        loop.stopping = True  # leftover teammates end after their current wait
+    for mate in module.RUNNING.values():
+        mate.stopping = True  # leftover teammates end after their current wait
 
 
-def message(team, sender="a", to="b", content="hi", **extra):
-    return team.Message(from_agent=sender, to_agent=to, content=content, **extra)
+def echo_policy(request):
+    """Answers every request with the first word of the system prompt and the request's last line."""
+    return [f"{system_text(request).split()[0]} did: {last_user_text(request).splitlines()[-1]}"]
 
 
 # -- Names become file names -----------------------------------------------------------
@@ -34,446 +35,353 @@ def test_bad_names_are_refused_everywhere(team, bad, workdir):
     with pytest.raises(ValueError, match="invalid"):
         team.check_name(bad)
     with pytest.raises(ValueError):
-        team.TEAM.register(bad, "role", "prompt")
+        team.ROSTER.add(bad, "role", "prompt")
     with pytest.raises(ValueError):
-        team.BUS.send(message(team, to=bad))
+        team.MAILBOX.send(bad, "lead", "hi")
     assert not (workdir / ".team.json").exists() and not (workdir / ".mailbox").exists()
 
 
-def test_good_names_pass(team):
-    for good in ("a", "code-reviewer", "A_1", "x" * 64):
-        assert team.check_name(good) == good
-
-
-# -- TeammateManager -------------------------------------------------------------------
-def test_register_get_list_remove(team, workdir):
-    team.TEAM.register("reviewer", "reviews plans", "You review.")
-    team.TEAM.register("coder", "writes code", "You code.", model="other-model")
-    data = json.loads((workdir / ".team.json").read_text())
-    assert data["teammates"]["coder"] == {"name": "coder", "role": "writes code",
-                                          "system_prompt": "You code.", "model": "other-model"}
-    assert "model" not in data["teammates"]["reviewer"]
-    assert [t["name"] for t in team.TEAM.list()] == ["coder", "reviewer"]
-    team.TEAM.remove("coder")
-    assert [t["name"] for t in team.TEAM.list()] == ["reviewer"]
-    with pytest.raises(LookupError, match="no teammate named 'coder'.*reviewer"):
-        team.TEAM.get("coder")
-
-
-@pytest.mark.parametrize("role,prompt", [("", "p"), ("r", "   "), (None, "p")])
-def test_register_needs_role_and_prompt(team, role, prompt):
-    with pytest.raises(ValueError, match="non-empty"):
-        team.TEAM.register("x", role, prompt)
-
-
-def test_main_is_reserved(team):
+# -- The roster: .team.json ---------------------------------------------------------------
+def test_roster_adds_and_loads_and_reserves_the_lead(team, workdir):
+    team.ROSTER.add("reviewer", " reviews plans ", "You review.")
+    team.ROSTER.add("builder", "builds", "You build.")
+    assert json.loads((workdir / ".team.json").read_text())["teammates"]["reviewer"] == {
+        "name": "reviewer", "role": "reviews plans", "prompt": "You review."}
+    assert sorted(team.ROSTER.load()) == ["builder", "reviewer"]
     with pytest.raises(ValueError, match="lead"):
-        team.TEAM.register("main", "r", "p")
+        team.ROSTER.add("lead", "r", "p")
+    for role, prompt in (("", "p"), ("r", "   "), (None, "p")):
+        with pytest.raises(ValueError, match="non-empty"):
+            team.ROSTER.add("x", role, prompt)
 
 
-def test_corrupt_team_file_is_reported_and_kept(team, workdir, standin):
-    (workdir / ".team.json").write_text("{not json")
-    with pytest.raises(team.TeamFileError, match=r"\.team\.json is corrupt"):
-        team.TEAM.register("x", "r", "p")
-    assert (workdir / ".team.json").read_text() == "{not json"
-    standin.policy = ScriptedModel([[tool_use("team_list")], ["noted"]])
-    team.agent_loop([{"role": "user", "content": "who is on the team?"}])
-    [result] = latest_results(standin.requests[1])
-    assert result["is_error"] and "corrupt" in result["content"]
+@pytest.mark.parametrize("content,reason", [
+    ("{not json", "expected {'teammates'"),
+    ('{"teammates": {"alice": {"name": "alice"}}}', "entries ['alice'] are not"),  # today: a bare KeyError
+    ('{"teammates": {"alice": ["not", "a", "dict"]}}', "expected {'teammates'"),
+    ('["a", "list"]', "expected {'teammates'"),
+])
+def test_a_roster_of_the_wrong_shape_is_named_and_kept(team, workdir, standin, type_lines, capsys, content, reason):
+    (workdir / ".team.json").write_text(content)
+    with pytest.raises(team.CorruptFile) as caught:
+        team.ROSTER.add("x", "r", "p")
+    assert reason in str(caught.value) and str(workdir / ".team.json") in str(caught.value)
+    assert (workdir / ".team.json").read_text() == content  # never overwritten
+    type_lines("/team")
+    team.repl()
+    assert f"[team] {workdir / '.team.json'}: " in capsys.readouterr().out
 
 
-# -- Messages and the bus ---------------------------------------------------------------
-def test_send_fills_id_and_timestamp_and_rejects_duplicates(team):
-    first = team.BUS.send(message(team))
-    second = team.BUS.send(message(team))
-    assert first.id and second.id and first.id != second.id
-    assert first.timestamp.endswith("+00:00")
-    team.BUS.send(message(team, id="fixed-1"))
-    with pytest.raises(ValueError, match="already used"):
-        team.BUS.send(message(team, to="c", id="fixed-1"))
-    assert [m.id for m in team.BUS.receive("b")] == [first.id, second.id, "fixed-1"]
-    assert team.BUS.receive("c") == []
+# -- The mailbox -------------------------------------------------------------------------
+def test_send_writes_one_whole_line_and_read_returns_the_next_offset(team):
+    first = team.MAILBOX.send("b", "a", "hello", "request")
+    second = team.MAILBOX.send("b", "a", "again")
+    messages, offset = team.MAILBOX.read("b")
+    assert [m["id"] for m in messages] == [first, second] and first != second
+    assert messages[0]["kind"] == "request" and messages[0]["at"].endswith("+00:00")
+    assert offset == team.MAILBOX.path("b").stat().st_size  # a byte offset, not a message id
+    assert team.MAILBOX.read("b", offset) == ([], offset)
+    third = team.MAILBOX.send("b", "a", "third")
+    assert [m["id"] for m in team.MAILBOX.read("b", offset)[0]] == [third]  # exclusive: only what is new
+    assert team.MAILBOX.read("nobody") == ([], 0)
 
 
-@pytest.mark.parametrize("field,value", [("msg_type", "shout"), ("content", ""), ("content", None)])
-def test_bad_messages_are_refused(team, field, value):
+@pytest.mark.parametrize("kind,protocol,content", [("shout", None, "x"), ("request", "party", "x"),
+                                                   ("request", None, ""), ("request", None, None)])
+def test_bad_messages_are_refused(team, kind, protocol, content):
     with pytest.raises(ValueError):
-        team.BUS.send(message(team, **{field: value}))
+        team.MAILBOX.send("b", "a", content, kind, protocol)
 
 
-def test_cursor_is_exclusive_and_unknown_cursors_fail(team):
-    ids = [team.BUS.send(message(team, content=f"m{i}")).id for i in range(4)]
-    assert [m.content for m in team.BUS.receive("b")] == ["m0", "m1", "m2", "m3"]
-    assert [m.content for m in team.BUS.receive("b", since_id=ids[1])] == ["m2", "m3"]
-    assert team.BUS.receive("b", since_id=ids[3]) == []
-    with pytest.raises(LookupError, match="unknown cursor 'nope'"):
-        team.BUS.receive("b", since_id="nope")
-    other = team.BUS.send(message(team, to="c")).id
-    with pytest.raises(LookupError, match="unknown cursor"):
-        team.BUS.receive("b", since_id=other)  # a message of another mailbox is no cursor here
-
-
-def test_cursor_written_by_another_bus_is_found(team):
-    writer = team.MessageBus(team.BUS.root)  # e.g. another process: this bus never saw its ids
-    ids = [writer.send(message(team, content=f"m{i}")).id for i in range(3)]
-    assert [m.content for m in team.BUS.receive("b", since_id=ids[0])] == ["m1", "m2"]
-
-
-def test_torn_last_line_is_skipped_and_read_later(team):
-    team.BUS.send(message(team, content="whole"))
-    line = json.dumps({"id": "late", "from_agent": "a", "to_agent": "b", "content": "late",
-                       "msg_type": "message", "timestamp": "t", "in_reply_to": None}) + "\n"
-    path = team.BUS.mailbox("b")
+def test_a_line_still_being_written_is_left_for_later(team):
+    team.MAILBOX.send("b", "a", "whole")
+    line = json.dumps({"id": "late", "from": "a", "to": "b", "kind": "message", "content": "late"}) + "\n"
+    path = team.MAILBOX.path("b")
     with open(path, "ab") as handle:
         handle.write(line[:20].encode())  # a writer caught halfway
-    assert [m.content for m in team.BUS.receive("b")] == ["whole"]
-    first = team.BUS.receive("b")[0].id
-    assert team.BUS.receive("b", since_id=first) == []
+    messages, offset = team.MAILBOX.read("b")
+    assert [m["content"] for m in messages] == ["whole"]
     with open(path, "ab") as handle:
         handle.write(line[20:].encode())
-    assert [m.content for m in team.BUS.receive("b", since_id=first)] == ["late"]
+    assert [m["content"] for m in team.MAILBOX.read("b", offset)[0]] == ["late"]
 
 
-def test_reading_after_a_cursor_does_not_reparse_the_file(team, monkeypatch):
-    ids = [team.BUS.send(message(team, content=f"m{i}")).id for i in range(200)]
-    team.BUS.receive("b")
-    parsed = []
-    original = team.Message.from_json
-    monkeypatch.setattr(team.Message, "from_json",
-                        classmethod(lambda cls, raw: parsed.append(raw) or original(raw)))
-    assert [m.content for m in team.BUS.receive("b", since_id=ids[-3])] == ["m198", "m199"]
-    assert len(parsed) == 2
+def test_a_killed_writers_fragment_swallows_no_later_message(team, capsys):
+    """A writer killed mid-append leaves a line without its newline. Today the next send
+    appended right after it, and the merged line - a later, whole message - was lost."""
+    team.MAILBOX.send("b", "a", "before")
+    with open(team.MAILBOX.path("b"), "ab") as handle:
+        handle.write(b'{"id": "torn", "from": "worker", "content": "' + b"x" * 5000)  # then kill -9
+    team.MAILBOX.send("b", "other", "after the crash")
+    messages, _ = team.MAILBOX.read("b")
+    assert [m["content"] for m in messages] == ["before", "after the crash"]
+    out = capsys.readouterr().out
+    assert out.count("[mailbox] skipped a malformed line in") == 1 and str(team.MAILBOX.path("b")) in out
 
 
-def test_find_message_across_mailboxes(team):
-    sent = team.BUS.send(message(team, to="c", content="find me"))
-    fresh = team.MessageBus(team.BUS.root)
-    assert fresh.find_message(sent.id).content == "find me"
-    assert fresh.find_message("missing") is None
+@pytest.mark.parametrize("line", ['{"id": [1], "from": "a", "kind": "request", "content": "x"}',
+                                  '{"id": "1", "from": "a", "kind": "request", "content": {}}',
+                                  '["not", "an", "object"]', "7"])
+def test_a_line_with_wrong_field_types_is_skipped_not_fatal(team, standin, type_lines, capsys, line):
+    """Today: a TypeError traceback, and the REPL exits 1."""
+    team.MAILBOX.send("lead", "a", "first")
+    with open(team.MAILBOX.path("lead"), "a") as handle:
+        handle.write(line + "\n")  # e.g. appended by the model's own bash
+    team.MAILBOX.send("lead", "a", "second")
+    standin.policy = ScriptedModel([["ok"]])
+    type_lines("/inbox", "hello")
+    team.repl()
+    out = capsys.readouterr().out
+    assert "first" in out and "second" in out and "[mailbox] skipped a malformed line" in out
+    assert "ok" in out and standin.rejected == []
 
 
-# A writer process loads the real script, but with stand-ins for the SDK and dotenv:
-# the mailbox needs neither, and importing the SDK costs ~1 s of CPU per process.
-WRITER = textwrap.dedent("""
-    import importlib.util, sys, types
-    from pathlib import Path
-    sys.modules["anthropic"] = types.SimpleNamespace(Anthropic=lambda **kw: None, APIError=Exception)
-    sys.modules["dotenv"] = types.SimpleNamespace(load_dotenv=lambda *a, **kw: None)
-    spec = importlib.util.spec_from_file_location("s09", sys.argv[1])
-    team = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(team)
-    bus = team.MessageBus(Path(sys.argv[2]))
-    name, count, delay = sys.argv[3], int(sys.argv[4]), float(sys.argv[5])
-    print("ready", flush=True)
-    sys.stdin.readline()  # start together, so the writes really overlap
-    __import__("time").sleep(delay)  # lets the reader get into its wait first (checked by the test)
+def write_messages(root, name, count, results):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("s09_writer", AGENTS / f"{STEP}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    mailbox = module.Mailbox(root)
     for i in range(count):
-        bus.send(team.Message(from_agent=name, to_agent="inbox", content=f"{i}|{__import__('time').time()}"))
-""")
+        mailbox.send("inbox", name, f"{i}|{time.time()}")
+    results.put(name)
 
 
-def start_writers(team, tmp_path, names, count, delay=0.0):
-    script = tmp_path / "writer.py"
-    script.write_text(WRITER)
-    workers = [subprocess.Popen([sys.executable, str(script), team.__file__, str(team.BUS.root), name,
-                                 str(count), str(delay)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                cwd=tmp_path) for name in names]
-    for worker in workers:
-        assert worker.stdout.readline().strip() == "ready"
-    return workers
+def test_eight_processes_share_one_mailbox(team):
+    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+    results = context.Queue()
+    procs = [context.Process(target=write_messages, args=(team.MAILBOX.root, f"w{n}", 500, results))
+             for n in range(8)]
+    for proc in procs:
+        proc.start()
+    assert sorted(results.get(timeout=60) for _ in procs) == [f"w{n}" for n in range(8)]
+    for proc in procs:
+        proc.join(timeout=30)
+        assert proc.exitcode == 0
+    received, _ = team.MAILBOX.read("inbox")
+    assert len(received) == 4000 and len({m["id"] for m in received}) == 4000
+    for n in range(8):
+        sequence = [int(m["content"].split("|")[0]) for m in received if m["from"] == f"w{n}"]
+        assert sequence == list(range(500)), f"w{n}'s messages are out of order or missing"
 
 
-def go(workers):
-    for worker in workers:
-        worker.stdin.write("go\n")
-        worker.stdin.flush()
+def test_wait_wakes_on_another_process(team):
+    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+    results = context.Queue()
+    waiting = threading.Event()
 
+    def waiter(outcome):
+        waiting.set()
+        outcome.append((team.MAILBOX.wait("inbox", 0, timeout=10), time.time()))
 
-def test_eight_processes_share_one_mailbox(team, tmp_path):
-    names = [f"w{n}" for n in range(8)]
-    workers = start_writers(team, tmp_path, names, 500)
-    go(workers)
-    for worker in workers:
-        assert worker.wait(timeout=60) == 0
-    received = team.BUS.receive("inbox")
-    assert len(received) == 4000
-    assert len({m.id for m in received}) == 4000
-    for name in names:
-        sequence = [int(m.content.split("|")[0]) for m in received if m.from_agent == name]
-        assert sequence == list(range(500)), f"{name}'s messages are out of order or missing"
-    assert len(team.BUS.mailbox("inbox").read_bytes().splitlines()) == 4000  # one line each
-
-
-def test_wait_for_message_wakes_on_another_process(team, tmp_path):
-    assert team.BUS.receive("inbox") == []
-    [worker] = start_writers(team, tmp_path, ["far"], 1, delay=0.3)
-    go([worker])
-    waiting_since = time.time()
-    woke = team.BUS.wait_for_message("inbox", timeout=10)
-    woke_at = time.time()
-    assert worker.wait(timeout=30) == 0
-    [got] = team.BUS.receive("inbox")
-    sent_at = float(got.content.split("|")[1])
-    assert sent_at > waiting_since, "the write must happen while we wait, or this proves nothing"
+    outcome = []
+    thread = threading.Thread(target=waiter, args=(outcome,))
+    thread.start()
+    assert waiting.wait(5)
+    proc = context.Process(target=write_messages, args=(team.MAILBOX.root, "far", 1, results))
+    proc.start()
+    thread.join(timeout=15)
+    proc.join(timeout=30)
+    [(woke, woke_at)] = outcome
+    sent_at = float(team.MAILBOX.read("inbox")[0][0]["content"].split("|")[1])
     assert woke and woke_at - sent_at < 0.5
 
 
-def test_wait_for_message_times_out_without_spinning(team):
-    team.BUS.receive("idle")
+def test_wait_times_out_without_spinning_and_wakes_on_a_thread_at_once(team):
     cpu, started = time.thread_time(), time.monotonic()
-    assert team.BUS.wait_for_message("idle", timeout=0.3) is False
-    assert time.monotonic() - started >= 0.3
-    assert time.thread_time() - cpu < 0.1  # a busy loop would burn the whole 0.3 s
-
-
-def test_wait_for_message_wakes_on_a_thread_at_once(team):
-    team.BUS.receive("b")
-    timer = threading.Timer(0.05, lambda: team.BUS.send(message(team)))
+    assert team.MAILBOX.wait("idle", 0, timeout=0.3) is False
+    assert time.monotonic() - started >= 0.3 and time.thread_time() - cpu < 0.1
+    timer = threading.Timer(0.05, lambda: team.MAILBOX.send("b", "a", "hi"))
     timer.start()
     started = time.monotonic()
-    assert team.BUS.wait_for_message("b", timeout=5)
-    assert time.monotonic() - started < 1
+    assert team.MAILBOX.wait("b", 0, timeout=5) and time.monotonic() - started < 1
     timer.join()
 
 
-# -- Protocols ---------------------------------------------------------------------------
-def test_protocol_encode_decode(team):
-    wire = team.encode_protocol("plan_approval", "step 1")
-    assert json.loads(wire) == {"protocol": "plan_approval", "content": "step 1"}
-    assert team.decode_protocol(wire) == ("plan_approval", "step 1")
-    assert team.decode_protocol("just text") == (None, "just text")
-    assert team.decode_protocol('{"protocol": "party", "content": "x"}')[0] is None
-    assert team.decode_protocol("[1, 2]") == (None, "[1, 2]")
-    with pytest.raises(ValueError, match="unknown protocol"):
-        team.encode_protocol("party", "x")
-
-
-def test_respond_reuses_protocol_and_answers_the_sender(team):
-    lead, reviewer = team.ProtocolFSM(team.BUS, "main"), team.ProtocolFSM(team.BUS, "reviewer")
-    asked = lead.request("reviewer", "plan_approval", "the plan")
-    [request] = team.BUS.receive("reviewer")
-    assert request.msg_type == "request" and team.decode_protocol(request.content) == ("plan_approval", "the plan")
-    reviewer.respond(asked, "APPROVE")
-    [reply] = team.BUS.receive("main")
-    assert (reply.msg_type, reply.in_reply_to, reply.from_agent) == ("response", asked, "reviewer")
-    assert team.decode_protocol(reply.content) == ("plan_approval", "APPROVE")
-    plain = lead.request("reviewer", None, "hello")
-    reviewer.respond(plain, "hi back")
-    assert team.BUS.receive("main")[-1].content == "hi back"
-    with pytest.raises(LookupError):
-        reviewer.respond("no-such-id", "x")
-
-
-def test_broadcast_skips_the_sender(team):
-    for agent in ("main", "a", "b"):
-        team.BUS.create_mailbox(agent)
-    team.ProtocolFSM(team.BUS, "a").broadcast("shutdown", "stop all")
-    assert team.BUS.receive("a") == []
-    for agent in ("main", "b"):
-        [got] = team.BUS.receive(agent)
-        assert got.msg_type == "broadcast" and team.decode_protocol(got.content) == ("shutdown", "stop all")
-
-
-def test_wait_response_times_out_and_finds_early_answers(team):
-    lead, other = team.ProtocolFSM(team.BUS, "main"), team.ProtocolFSM(team.BUS, "x")
-    asked = lead.request("x", None, "question")
+def test_await_reply_correlates_by_reply_to_and_times_out(team):
+    asked = team.MAILBOX.send("x", "lead", "question", "request")
+    team.MAILBOX.send("lead", "x", "an answer to something else", "response", reply_to="other")
     started = time.monotonic()
-    assert lead.wait_response(asked, timeout=0.2) is None
+    assert team.MAILBOX.await_reply("lead", asked, 0, timeout=0.2)[0] is None
     assert 0.2 <= time.monotonic() - started < 2
-    other.respond(asked, "answer")  # answered before anyone waits: still found
-    assert lead.wait_response(asked, timeout=1).content == "answer"
+    team.MAILBOX.send("lead", "x", "the answer", "response", reply_to=asked)
+    assert team.MAILBOX.await_reply("lead", asked, 0, timeout=1)[0]["content"] == "the answer"
 
 
 # -- Teammates ---------------------------------------------------------------------------
-def echo_policy(request):
-    """Answers every request with the first word of the system prompt and the request's last line."""
-    text = last_user_text(request)
-    return [f"{system_text(request).split()[0]} did: {text.splitlines()[-1]}"]
+def spawn(team, name="helper", prompt="Helper-bot."):
+    return team.run_team_spawn(name, "helps", prompt)
 
 
-def test_teammate_handles_backlog_old_shutdown_new_shutdown_and_failure(team, standin):
+def test_teammate_answers_requests_including_those_sent_before_it_started(team, standin):
     standin.policy = echo_policy
-    team.TEAM.register("helper", "helps", "Helper-bot.")
-    lead = team.LEAD_FSM
-    waiting = lead.request("helper", None, "queued before start")
-    old_stop = lead.request("helper", "shutdown", "old stop")
-    team.run_team_spawn("helper")
-    reply = lead.wait_response(waiting, timeout=10)
-    assert reply.content == "Helper-bot. did: queued before start"
-    assert team.RUNNING["helper"].is_running()  # the old shutdown was not obeyed
-    standin.fail_next(400)  # the next model call fails without retries
-    failing = lead.request("helper", None, "this one fails")
-    assert lead.wait_response(failing, timeout=10).content.startswith("error: helper could not answer")
-    after = lead.request("helper", None, "still alive?")
-    assert lead.wait_response(after, timeout=10).content == "Helper-bot. did: still alive?"
-    stop = lead.request("helper", "shutdown", "new stop")
-    late = lead.request("helper", None, "one more")
-    assert team.decode_protocol(lead.wait_response(stop, timeout=10).content) == \
-        ("shutdown", "helper is shutting down")
-    team.RUNNING["helper"].thread.join(timeout=10)
-    assert not team.RUNNING["helper"].is_running()
-    replies = {m.in_reply_to: m for m in team.BUS.receive("main")}
-    assert old_stop not in replies
-    assert replies.get(late) is None or replies[late].content == "shutting down"
+    early = team.MAILBOX.send("helper", "lead", "queued before start", "request")
+    spawn(team)
+    reply, _ = team.MAILBOX.await_reply("lead", early, 0, timeout=10)
+    assert reply["content"] == "Helper-bot. did: queued before start" and reply["from"] == "helper"
     assert standin.rejected == []
 
 
-def test_rest_of_a_batch_after_shutdown_gets_shutting_down(team, standin):
+def test_shutdown_stops_and_the_rest_of_the_batch_gets_a_polite_no(team, standin):
     standin.policy = echo_policy
-    loop = team.TeammateLoop({"name": "helper", "role": "helps", "system_prompt": "Helper-bot."}, team.BUS)
-    team.BUS.send(message(team, sender="other", to="helper", msg_type="response",
-                          content=team.encode_protocol("shutdown", "an answer, not an order")))
-    before = team.LEAD_FSM.request("helper", None, "first")
-    stop = team.LEAD_FSM.request("helper", "shutdown", "stop")
-    late = team.LEAD_FSM.request("helper", None, "late")
-    loop.handle(team.BUS.receive("helper"))  # one batch, handled without a thread
-    replies = {m.in_reply_to: m.content for m in team.BUS.receive("main")}
-    assert replies[before] == "Helper-bot. did: first"
-    assert team.decode_protocol(replies[stop]) == ("shutdown", "helper is shutting down")
-    assert replies[late] == "shutting down" and loop.stopping
-    assert len(standin.requests) == 1  # "late" never reached the model
+    mate = team.Teammate({"name": "helper", "role": "helps", "prompt": "Helper-bot."}, team.MAILBOX)
+    first = team.MAILBOX.send("helper", "lead", "first", "request")
+    team.MAILBOX.send("helper", "other", "an answer, not an order", "response", "shutdown")
+    stop = team.MAILBOX.send("helper", "lead", "stop", "request", "shutdown")
+    late = team.MAILBOX.send("helper", "lead", "late", "request")
+    for message in team.MAILBOX.read("helper")[0]:  # one batch, handled without a thread
+        mate.handle(message)
+    replies = {m["reply_to"]: m["content"] for m in team.MAILBOX.read("lead")[0]}
+    assert replies == {first: "Helper-bot. did: first", stop: "helper is shutting down", late: "shutting down"}
+    assert mate.stopping
 
 
-def test_respawn_does_not_answer_old_requests_twice(team, standin):
+def test_a_respawned_teammate_goes_on_where_it_stopped(team, standin):
+    """Old requests are not answered twice, and an old shutdown is not obeyed again."""
     standin.policy = echo_policy
-    team.TEAM.register("helper", "helps", "Helper-bot.")
-    asked = team.LEAD_FSM.request("helper", None, "once")
-    team.run_team_spawn("helper")
-    team.LEAD_FSM.wait_response(asked, timeout=10)
-    team.run_team_shutdown("helper")
-    calls = len(standin.requests)
-    team.run_team_spawn("helper")
-    again = team.LEAD_FSM.request("helper", None, "twice")
-    assert team.LEAD_FSM.wait_response(again, timeout=10).content.endswith("did: twice")
-    assert len(standin.requests) == calls + 1
-    team.run_team_shutdown("helper")
+    spawn(team)
+    assert team.run_team_shutdown("helper").startswith("helper acknowledged")
+    spawn(team)
+    asked = team.MAILBOX.send("helper", "lead", "are you back?", "request")
+    reply, _ = team.MAILBOX.await_reply("lead", asked, 0, timeout=10)
+    assert reply["content"] == "Helper-bot. did: are you back?" and team.RUNNING["helper"].thread.is_alive()
+    assert len(standin.requests) == 1  # the first "please stop" was not answered again
 
 
-def test_teammate_uses_its_own_prompt_model_and_base_tools(team, standin, workdir):
-    (workdir / "facts.txt").write_text("the sky is green\n")
-    standin.policy = ScriptedModel([[tool_use("read_file", {"path": "facts.txt"}),
-                                     tool_use("team_spawn", {"name": "x"})],
-                                    lambda request: [latest_results(request)[0]["content"]]])
-    team.TEAM.register("reader", "reads", "Reader-bot.", model="small-model")
-    asked = team.LEAD_FSM.request("reader", None, "what does facts.txt say?")
-    team.run_team_spawn("reader")
-    assert team.LEAD_FSM.wait_response(asked, timeout=10).content == "the sky is green"
-    first = standin.requests[0]
-    assert first["model"] == "small-model" and first["system"].startswith("Reader-bot.")
-    assert sorted(t["name"] for t in first["tools"]) == ["bash", "edit_file", "read_file", "write_file"]
-    refused = latest_results(standin.requests[1])[1]
-    assert refused["is_error"] and "not a teammate tool" in refused["content"]
-    team.run_team_shutdown("reader")
+def test_a_failed_request_is_closed_and_never_read_again_as_new_work(team, standin):
+    """Today the failed prompt stayed as a trailing user turn and the next one was merged into it."""
+    standin.policy = echo_policy
+    spawn(team)
+    standin.fail_next(400)  # the next model call fails; 400 is not retried
+    failing = team.MAILBOX.send("helper", "lead", "BOOM delete the build folder", "request")
+    assert team.MAILBOX.await_reply("lead", failing, 0, 10)[0]["content"].startswith("error: helper could not answer")
+    after = team.MAILBOX.send("helper", "lead", "list the files", "request")
+    assert team.MAILBOX.await_reply("lead", after, 0, 10)[0]["content"] == "Helper-bot. did: list the files"
+    sent = standin.requests[-1]["messages"]
+    words = [b["text"] for m in sent for b in m["content"] if b["type"] == "text"]
+    failed_at = next(i for i, w in enumerate(words) if "BOOM" in w)
+    assert words[failed_at + 1].startswith("[not answered: the request failed") and "not retried" in words[failed_at + 1]
+    assert standin.rejected == []
 
 
-# -- The lead: tools, inbox, delivery -------------------------------------------------------
-def test_team_send_to_unknown_name_is_an_error_result(team, standin):
-    standin.policy = ScriptedModel([[tool_use("team_send", {"name": "ghost", "message": "hi"}),
-                                     tool_use("team_send", {"name": "../x", "message": "hi"})], ["ok"]])
-    team.agent_loop([{"role": "user", "content": "message the ghost"}])
-    ghost, dotdot = latest_results(standin.requests[1])
-    assert ghost["is_error"] and "no teammate named 'ghost'" in ghost["content"]
-    assert dotdot["is_error"] and "invalid teammate name" in dotdot["content"]
-    assert not team.BUS.root.exists()  # nothing was written
+def test_teammates_have_their_own_prompt_and_the_base_and_task_tools(team, standin, workdir):
+    standin.policy = ScriptedModel([[tool_use("task_update", {"task_id": 1, "status": "in_progress"})],
+                                    [tool_use("team_spawn", {"name": "x", "role": "r", "prompt": "p"})], ["done"]])
+    team.BOARD.create("Build it")
+    spawn(team, prompt="Builder-bot.")
+    asked = team.run_team_send("helper", "Please do it.", task_id=1).split()[2]
+    assert team.MAILBOX.await_reply("lead", asked, 0, 10)[0]["content"] == "done"
+    request = standin.requests[0]
+    assert request["system"].startswith("Builder-bot.") and "teammate 'helper'" in request["system"]
+    assert {t["name"] for t in request["tools"]} == {"bash", "read_file", "write_file", "edit_file",
+                                                     "task_create", "task_update", "task_get", "task_list"}
+    assert "Task #1 is yours: Build it" in last_user_text(request)
+    assert team.BOARD.get(1)["owner"] == "helper" and team.BOARD.get(1)["status"] == "in_progress"
+    refused = latest_results(standin.requests[2])[0]
+    assert refused["is_error"] and "Unknown tool 'team_spawn'" in refused["content"]
 
 
-def test_review_and_shutdown_need_a_running_teammate(team):
-    team.TEAM.register("idle", "r", "p")
-    for run in (lambda: team.run_team_review("idle", "plan"), lambda: team.run_team_shutdown("idle")):
-        with pytest.raises(ValueError, match="not running"):
-            run()
-
-
-def test_team_review_times_out(team, standin):
-    team.TEAM.register("slow", "r", "p")
-    team.run_team_spawn("slow")
-    team.TEAM_TIMEOUT = 0.2
-    gate = threading.Event()
-    standin.policy = lambda request: gate.wait(10) and ["too late"]
-    try:
-        with pytest.raises(TimeoutError, match="no answer from slow"):
-            team.run_team_review("slow", "plan")
-    finally:
-        gate.set()  # let the stuck model call finish
-
-
-def test_new_mail_reaches_the_model_after_tool_results(team, standin):
-    standin.policy = ScriptedModel([[tool_use("team_send", {"name": "main", "message": "note to self"})],
-                                    ["got it"]])
-    history = [{"role": "user", "content": "leave yourself a note"}]
+# -- The lead ------------------------------------------------------------------------------
+def test_news_rides_inside_the_last_tool_result_and_stays_in_the_history(team, standin):
+    """Anthropic's docs link a text block after tool results to empty replies; today's main put it there."""
+    standin.policy = ScriptedModel([
+        lambda request: team.MAILBOX.send("lead", "alice", "done with #2") and [tool_use("bash", {"command": "echo hi"})],
+        ["noted"], ["thanks"]])
+    history = [{"role": "user", "content": "go"}]
     team.agent_loop(history)
-    content = standin.requests[1]["messages"][-1]["content"]
-    assert [block["type"] for block in content] == ["tool_result", "text"]
-    assert "note to self" in content[1]["text"] and "request" in content[1]["text"]
+    team.MAILBOX.send("lead", "alice", "news after the turn")
+    team.add_user_text(history, "what's new?")
+    team.agent_loop(history)
+    second = standin.requests[1]["messages"][-1]
+    assert [b["type"] for b in second["content"]] == ["tool_result"]
+    assert second["content"][0]["content"][0] == {"type": "text", "text": "hi"}
+    third = standin.requests[2]["messages"][-1]
+    assert [b["text"] for b in third["content"]][0] == "what's new?"
+    assert "news after the turn" in third["content"][-1]["text"]  # with the user's words
+    assert "done with #2" in json.dumps(history)  # information, kept: unlike s03's reminder
     assert standin.rejected == []
-    assert team.INBOX.take() == []  # consumed: it is not delivered twice
 
 
-def test_review_verdict_is_not_delivered_twice(team, standin):
-    def policy(request):
-        if "teammate 'critic'" in system_text(request):
-            return ["REJECT: too vague"]
-        return [tool_use("team_review", {"name": "critic", "plan": "do it"})] \
-            if len(request["messages"]) == 1 else ["revising"]
-    standin.policy = policy
-    team.TEAM.register("critic", "r", "p")
-    team.run_team_spawn("critic")
-    team.agent_loop([{"role": "user", "content": "review"}])
-    lead_requests = [r for r in standin.requests if "critic" not in system_text(r)]
-    [result] = latest_results(lead_requests[-1])
-    assert "REJECT: too vague" in result["content"]
-    assert "New messages" not in json.dumps(lead_requests[-1]["messages"])
-    team.run_team_shutdown("critic")
+def test_a_review_verdict_is_not_delivered_twice(team, standin):
+    def model(request):
+        if "teammate 'reviewer'" in system_text(request):
+            return ["APPROVE: fine"]
+        return [tool_use("team_review", {"name": "reviewer", "plan": "1. do it"})] \
+            if not latest_results(request) else ["approved"]
+
+    standin.policy = model
+    spawn(team, "reviewer", "Reviewer-bot.")
+    team.agent_loop([{"role": "user", "content": "review my plan"}])
+    final = standin.requests[-1]
+    assert latest_results(final)[0]["content"] == "reviewer's verdict: APPROVE: fine"
+    assert "New messages" not in json.dumps(final["messages"])
 
 
-def test_inbox_shows_without_consuming_and_team_commands(team, capsys, standin):
-    team.TEAM.register("helper", "helps", "Helper-bot.")
-    team.SLASH_COMMANDS["/team"]("list", [])
-    assert "helper - helps [not running]" in capsys.readouterr().out
-    team.SLASH_COMMANDS["/team"]("send helper please look", [])
-    assert "Sent message" in capsys.readouterr().out
-    team.SLASH_COMMANDS["/team"]("send ghost hi", [])
-    assert "no teammate named 'ghost'" in capsys.readouterr().out
-    team.SLASH_COMMANDS["/team"]("dance", [])
-    assert "Usage" in capsys.readouterr().out
-    team.ProtocolFSM(team.BUS, "helper").respond(team.BUS.receive("helper")[0].id, "looked")
-    team.SLASH_COMMANDS["/inbox"]("", [])
-    assert "Team response from helper: looked" in capsys.readouterr().out
-    assert [m.content for m in team.INBOX.take()] == ["looked"]  # still unread after /inbox
-    team.SLASH_COMMANDS["/inbox"]("", [])
-    assert "No unread team messages." in capsys.readouterr().out
+def test_team_wait_returns_the_news_and_times_out(team, standin):
+    assert team.run_team_wait(0) == "No new mail within 0s."
+    threading.Timer(0.05, lambda: team.MAILBOX.send("lead", "alice", "finished #1")).start()
+    assert "finished #1" in team.run_team_wait(5)
+    assert team.run_team_wait(0) == "No new mail within 0s."  # read once
+
+
+def test_errors_of_the_team_tools_are_results_that_say_why(team, standin):
+    standin.policy = ScriptedModel([[tool_use("team_send", {"name": "ghost", "message": "hi"}),
+                                     tool_use("team_review", {"name": "ghost", "plan": "p"}),
+                                     tool_use("team_send", {"name": "ghost", "message": "x", "task_id": 9})],
+                                    ["ok"]])
+    team.agent_loop([{"role": "user", "content": "go"}])
+    results = latest_results(standin.requests[1])
+    assert all(r["is_error"] for r in results)
+    assert "ghost is not running" in results[0]["content"] and "NOT_FOUND" in results[2]["content"]
+
+
+def test_status_lines_wait_while_you_type(team, monkeypatch, capsys):
+    """A teammate's line must not land in the middle of the prompt being typed."""
+    typed = threading.Event()
+
+    def slow_input(prompt):
+        print(prompt, end="", flush=True)
+        threading.Thread(target=lambda: (team.notify("[alice] working on #3"), typed.set())).start()
+        assert typed.wait(5)  # the line arrives while you are still typing...
+        print("q")  # ...and you finish typing and press Enter
+        return "q"
+
+    monkeypatch.setattr("builtins.input", slow_input)
+    team.repl()
+    team.notify("[alice] done")
+    assert capsys.readouterr().out == "s09 >> q\n[alice] working on #3\n[alice] done\n"
+
+
+def test_team_and_inbox_commands(team, standin, type_lines, capsys):
+    standin.policy = echo_policy
+    spawn(team)
+    team.ROSTER.add("idle", "waits", "You wait.")
+    team.MAILBOX.send("lead", "helper", "unread news")
+    type_lines("/team", "/inbox", "/inbox")
+    team.repl()
+    out = capsys.readouterr().out
+    assert "helper - helps [running]" in out and "idle - waits [not running]" in out
+    assert out.count("message from helper: unread news") == 2  # /inbox does not consume
 
 
 def test_sessions_do_not_share_mailboxes(load_step):
     first, second = load_step(STEP), load_step(STEP)
-    assert first.BUS.root != second.BUS.root and first.BUS.root.parent == second.BUS.root.parent
+    assert first.SESSION != second.SESSION and first.MAILBOX.root != second.MAILBOX.root
 
 
-# -- End to end, as a learner runs it --------------------------------------------------------
-def test_demo_scenario_as_a_subprocess(run_step, standin, workdir):
-    demo = load_demo(AGENTS / f"{STEP}.py")
-    demo.setup(workdir)
-    standin.policy = demo.policy
-    done = run_step(STEP, "\n".join(demo.PROMPTS) + "\n", timeout=60)
-    assert done.returncode == 0, done.stderr
-    out = done.stdout
-    assert "reviewer's verdict: REJECT" in out and "reviewer's verdict: APPROVE" in out
-    assert out.index("verdict: REJECT") < out.index("verdict: APPROVE")
-    assert "Team response from reviewer: notes.txt says: Release checklist" in out
-    assert "reviewer acknowledged: reviewer is shutting down" in out
-    assert "[running]" in out and "[not running]" in out
-    assert standin.rejected == []
-    reviewer_calls = [r for r in standin.requests if "teammate 'reviewer'" in system_text(r)]
-    assert any(b.get("name") == "read_file" for r in reviewer_calls for m in r["messages"]
-               if m["role"] == "assistant" for b in m["content"])
-    team_file = json.loads((workdir / ".team.json").read_text())
-    assert list(team_file["teammates"]) == ["reviewer"]
-    [session] = (workdir / ".mailbox").iterdir()
-    assert sorted(p.name for p in session.glob("*.jsonl")) == ["main.jsonl", "reviewer.jsonl"]
-
-
-def test_offline_demo_shows_review_request_and_shutdown(offline_demo):
+# -- As a learner runs it ----------------------------------------------------------------------
+def test_offline_demo_plans_reviews_assigns_and_shuts_down(offline_demo):
     done = offline_demo(STEP).done
+    out = done.stdout
     assert done.returncode == 0, done.stderr
-    assert "verdict: REJECT" in done.stdout and "verdict: APPROVE" in done.stdout
-    assert "its tool calls: read_file" in done.stdout
+    rejected, approved = out.index("verdict: REJECT"), out.index("verdict: APPROVE")
+    assigned = out.index('"name": "builder", "task_id": 1')
+    assert rejected < approved < assigned  # the plan is approved after one rejection, before any work
+    for task in (1, 3, 2):
+        assert f"Done with task #{task}." in out
+    board = out[out.rindex("s09 >> /tasks"):]
+    assert board.count("[x] #") == 3 and "@builder" in board
+    assert "builder acknowledged: builder is shutting down" in out
+    assert "reviewer acknowledged: reviewer is shutting down" in out
+    assert "lead.jsonl     response [plan_approval] reviewer -> lead: REJECT" in out
+    assert "0 rejected by the validator" in out and done.stderr == ""

@@ -1,110 +1,144 @@
 """Scripted model for the s09 offline demo (not a real model: every turn is written here).
 
-One policy plays two agents. It tells them apart by the system prompt: the
-reviewer's says "the teammate 'reviewer'", the lead's does not.
+One policy plays three agents and tells them apart by the system prompt: the lead's, the
+reviewer's ("the teammate 'reviewer'") and the builder's ("the teammate 'builder'").
 
-The lead registers and spawns a reviewer, asks it to approve a plan (rejected:
-no tests), revises the plan (approved), sends a plain request that the reviewer
-answers by reading a file, then shuts it down. The reviewer's answer reaches
-the lead through main's mailbox, added after the tool results of the next request.
+The lead plans a release on the task board (two tasks), spawns a reviewer and asks it to
+approve the plan: rejected, nothing runs the tests. The lead adds a test task, asks again:
+approved. It spawns a builder and assigns it the tasks one message each; the builder keeps
+them up to date on the board with its own task tools and answers each request. The answers
+reach the lead through its mailbox, with its next request. Finally the lead shuts both down.
 """
 
+import json
 from pathlib import Path
 
 from offline import blocks_of, latest_results, result_text, system_text, tool_use
 
 NEWS = "New messages in your team mailbox"  # how s09 hands the lead its mail
-PLAN = "1. Rewrite the config parser.\n2. Release version 2.0."
-REVISED = "1. Rewrite the config parser.\n2. Run the test suite and fix failures.\n3. Release version 2.0."
-
 PROMPTS = [
-    "Set up a teammate called reviewer who reviews plans, and start it.",
-    "/team list",
-    "Get the reviewer's approval for my release plan before we start.",
-    "Ask the reviewer what notes.txt says, then shut the reviewer down.",
-    "/team list",
+    "Plan the 2.0 release on the board, and get the reviewer's approval before anyone starts.",
+    "/tasks",
+    "Approved - now have a builder do the tasks, one at a time.",
+    "/tasks",
+    "/team",
+    "Everything is done: shut the team down.",
 ]
 
 
 def setup(workdir: Path) -> None:
-    (workdir / "notes.txt").write_text("Release checklist: bump the version, tag, announce.\n",
+    (workdir / "parser.py").write_text("def parse(text):\n    return dict(line.split('=') for line in text.splitlines())\n",
                                        encoding="utf-8")
 
 
-def user_texts(message: dict) -> list:
+def texts(message: dict) -> list:
     return [b["text"] for b in blocks_of(message) if b.get("type") == "text"]
 
 
 def prompt_and_step(request: dict) -> tuple:
-    """The user's latest words and how many model turns followed them.
-
-    Mail added by the harness is text too, so it does not count as the user speaking.
-    """
+    """The latest words of whoever asked this agent, and how many model turns followed them."""
     steps = 0
     for message in reversed(request["messages"]):
-        texts = [t for t in user_texts(message) if not t.startswith(NEWS)] \
-            if message["role"] == "user" else []
-        if texts:
-            return texts[-1], steps
+        words = [t for t in texts(message) if not t.startswith(NEWS)] if message["role"] == "user" else []
+        if words:
+            return words[-1], steps
         steps += message["role"] == "assistant"
     return "", steps
 
 
+def board(request: dict) -> dict:
+    """subject -> id, from every task the conversation's tool results returned."""
+    found = {}
+    for message in request["messages"]:
+        for block in blocks_of(message):
+            if block.get("type") == "tool_result" and not block.get("is_error"):
+                try:
+                    task = json.loads(result_text(block))
+                except ValueError:
+                    continue
+                if isinstance(task, dict) and "subject" in task:
+                    found[task["subject"]] = task["id"]
+    return found
+
+
 def policy(request: dict) -> list:
-    if "the teammate 'reviewer'" in system_text(request):
+    system = system_text(request)
+    if "the teammate 'reviewer'" in system:
         return reviewer(request)
+    if "the teammate 'builder'" in system:
+        return builder(request)
     return lead(request)
 
 
 def reviewer(request: dict) -> list:
+    prompt, _ = prompt_and_step(request)
+    if "test" in prompt.lower():
+        return ["APPROVE: the tests run before the release."]
+    return ["REJECT: nothing runs the tests before the release; add a test task."]
+
+
+def builder(request: dict) -> list:
     prompt, step = prompt_and_step(request)
-    if prompt.startswith("Review the plan"):
-        if "test" in prompt.lower():
-            return ["APPROVE: the tests now run before the release."]
-        return ["REJECT: nothing runs the tests before the release; add a test step."]
+    task_id = int(prompt.split("Task #")[1].split()[0])
     if step == 0:
-        return [tool_use("read_file", {"path": "notes.txt"})]
-    return [f"notes.txt says: {result_text(latest_results(request)[0]).strip()}"]
+        return [tool_use("task_update", {"task_id": task_id, "status": "in_progress"})]
+    if step == 1:
+        return [tool_use("bash", {"command": f"echo 'work on task {task_id}' >> worklog.txt && tail -n 1 worklog.txt"})]
+    if step == 2:
+        return [tool_use("task_update", {"task_id": task_id, "status": "completed"})]
+    unblocked = json.loads(result_text(latest_results(request)[0])).get("unblocked", [])
+    return [f"Done with task #{task_id}." + (f" That unblocks {unblocked}." if unblocked else "")]
+
+
+PARSER, TESTS, RELEASE = "Rewrite the config parser", "Run the test suite", "Release 2.0"
+PLAN = f"1. {PARSER}\n2. {RELEASE}"
+REVISED = f"1. {PARSER}\n2. {TESTS}\n3. {RELEASE}"
 
 
 def lead(request: dict) -> list:
     prompt, step = prompt_and_step(request)
-    results = [result_text(r) for r in latest_results(request)]
-    if prompt.startswith("Set up"):
+    ids, results = board(request), [result_text(r) for r in latest_results(request)]
+    if prompt.startswith("Plan"):
         script = [
-            [tool_use("team_register", {
-                "name": "reviewer", "role": "reviews plans before work starts",
-                "system_prompt": "You are a strict reviewer. Approve a plan only if it runs the tests."})],
-            [tool_use("team_spawn", {"name": "reviewer"})],
-            ["The reviewer is registered and running in the background."],
+            ["The plan goes on the board first.", tool_use("task_create", {"subject": PARSER})],
+            [tool_use("task_create", {"subject": RELEASE, "blocked_by": [ids.get(PARSER)]})],
+            [tool_use("team_spawn", {"name": "reviewer", "role": "reviews plans before work starts",
+                                     "prompt": "You are a strict reviewer: approve a plan only if it runs the tests."})],
+            ["Asking the reviewer.", tool_use("team_review", {"name": "reviewer", "plan": PLAN})],
+            ["Rejected: a test task goes between the parser and the release.",
+             tool_use("task_create", {"subject": TESTS, "blocked_by": [ids.get(PARSER)]})],
+            [tool_use("task_update", {"task_id": ids.get(RELEASE), "add_blocked_by": [ids.get(TESTS)]})],
+            [tool_use("team_review", {"name": "reviewer", "plan": REVISED})],
         ]
-        return script[min(step, 2)]
-    if prompt.startswith("Get the reviewer"):
+        if step < len(script):
+            return script[step]
+        return [f"The reviewer approved the revised plan ({results[0].split(': ', 1)[-1]})"]
+    if prompt.startswith("Approved"):
+        order = [PARSER, TESTS, RELEASE]
         if step == 0:
-            return ["Asking the reviewer.", tool_use("team_review", {"name": "reviewer", "plan": PLAN})]
-        if step == 1 and "REJECT" in results[0]:
-            return ["Rejected; adding a test step and asking again.",
-                    tool_use("team_review", {"name": "reviewer", "plan": REVISED})]
-        return [f"The plan is approved. Final plan:\n{REVISED}"]
-    if step == 0:
-        return [tool_use("team_send", {"name": "reviewer",
-                                       "message": "What does notes.txt say? One line, please."})]
-    if step == 1:
-        return [tool_use("team_shutdown", {"name": "reviewer"})]
-    news = [t for t in user_texts(request["messages"][-1]) if t.startswith(NEWS)]
-    answer = news[0].splitlines()[-1] if news else "(no answer yet)"
-    return [f"The reviewer answered: {answer}\nIt has acknowledged the shutdown and stopped."]
+            return [tool_use("team_spawn", {"name": "builder", "role": "does the tasks it is given",
+                                            "prompt": "You do one task at a time and keep it current on the board."})]
+        sent = (step - 1) // 2  # then, per task: send it, wait for the answer
+        if sent < len(order) and step % 2:
+            return [tool_use("team_send", {"name": "builder", "task_id": ids[order[sent]],
+                                           "message": "Mark it in_progress, do it, mark it completed."})]
+        if sent < len(order):
+            return [tool_use("team_wait", {"seconds": 30})]
+        return ["The builder finished all three tasks; each answer came back through my mailbox."]
+    if prompt.startswith("Everything"):
+        if step == 0:
+            return [tool_use("team_shutdown", {"name": "builder"}), tool_use("team_shutdown", {"name": "reviewer"})]
+        return ["Both teammates acknowledged and stopped."]
+    return ["(the scripted lead has nothing to say to that)"]
 
 
 def finish(namespace: dict, workdir: Path) -> None:
-    """After the session: the files the team really talked through, and the reviewer's own tool calls."""
-    bus = namespace["BUS"]
-    print(f"On disk: {bus.root.relative_to(workdir)}/ (one JSON line per message)")
-    for agent in bus.agents():
-        for message in bus.receive(agent):
-            content = message.content if len(message.content) <= 60 else message.content[:57] + "..."
-            print(f"  {agent + '.jsonl':<15} {message.msg_type:<8} {message.from_agent} -> {message.to_agent}: {content}")
-    history = namespace["RUNNING"]["reviewer"].history
-    calls = [f"{b['name']}({b['input']})" for m in history if m["role"] == "assistant"
-             for b in blocks_of(m) if b.get("type") == "tool_use"]
-    print(f"The reviewer's own history: {len(history)} messages; its tool calls: {', '.join(calls)}")
+    """After the session: the lines the team really wrote to each other."""
+    mailbox = namespace["MAILBOX"]
+    print(f"On disk: {mailbox.root.relative_to(workdir)}/ (one JSON line per message)")
+    for path in sorted(mailbox.root.glob("*.jsonl")):
+        for message in mailbox.read(path.stem)[0]:
+            protocol = f" [{message['protocol']}]" if message.get("protocol") else ""
+            text = message["content"].replace("\n", " ")
+            print(f"  {path.name:<14} {message['kind']:<8}{protocol} {message['from']} -> {message['to']}: "
+                  f"{text[:60] + ('...' if len(text) > 60 else '')}")
