@@ -209,7 +209,8 @@ def micro_compact(messages: list) -> int:
         return 0  # not yet: an edit here turns every block after it into a cache write
     for result in old:
         name = names.get(result["tool_use_id"], "tool")
-        result["content"] = f"[cleared: {name} result, {len(result['content']):,} chars; full text in {TRANSCRIPT.name}]"
+        size = len(result["content"])
+        result["content"] = f"[cleared: {name} result, {size:,} chars; full text in {TRANSCRIPT.name}]"
     return len(old)
 
 @dataclass
@@ -242,7 +243,8 @@ def record_usage(reply) -> None:
     METER.retried = METER.retried and reply.stop_reason == "model_context_window_exceeded"  # once until one works
 
 def shorten(text: str) -> str:
-    return text if len(text) <= SUMMARY_CLIP else f"{text[:SUMMARY_CLIP]} ...[{len(text) - SUMMARY_CLIP:,} more chars]"
+    cut = len(text) - SUMMARY_CLIP
+    return text if cut <= 0 else f"{text[:SUMMARY_CLIP]} ...[{cut:,} more chars]"
 
 def render_for_summary(messages: list) -> str:
     """The history as plain text. A request without tools may not carry tool_use or

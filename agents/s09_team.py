@@ -731,15 +731,18 @@ def run_team_wait(seconds: int = 60) -> str:
         pass
     return news or f"No new mail within {seconds}s."
 
-def running(name: str) -> Teammate:
-    if name not in RUNNING or not RUNNING[name].thread.is_alive():
+def is_running(name: str) -> bool:
+    return name in RUNNING and RUNNING[name].thread.is_alive()
+
+def running(name: str) -> str:
+    if not is_running(name):
         raise ValueError(f"{name} is not running in this session; team_spawn it first")
-    return RUNNING[name]
+    return name
 
 def ask(name: str, content: str, protocol: str | None = None) -> str:
     """Send a request and wait for its answer (the protocols: plan_approval, shutdown)."""
     start = MAILBOX.size(LEAD)
-    request_id = MAILBOX.send(running(name).name, LEAD, content, "request", protocol)
+    request_id = MAILBOX.send(running(name), LEAD, content, "request", protocol)
     reply, _ = MAILBOX.await_reply(LEAD, request_id, start, TEAM_TIMEOUT)
     if reply is None:
         raise TimeoutError(f"no answer from {name} within {TEAM_TIMEOUT}s; request {request_id} stays in its mailbox")
@@ -748,7 +751,7 @@ def ask(name: str, content: str, protocol: str | None = None) -> str:
 
 def run_team_spawn(name: str, role: str, prompt: str) -> str:
     entry = ROSTER.add(name, role, prompt)
-    if name in RUNNING and RUNNING[name].thread.is_alive():
+    if is_running(name):
         raise ValueError(f"{name} is already running")
     RUNNING[name] = Teammate(entry, MAILBOX, RUNNING[name].offset if name in RUNNING else 0)
     RUNNING[name].thread.start()
@@ -758,12 +761,13 @@ def run_team_send(name: str, message: str, task_id=None) -> str:
     if task_id is not None:  # an assignment: the board says whose task it is, the message says what to do
         task = BOARD.update(task_id, owner=name)
         message = f"Task #{task['id']} is yours: {task['subject']}\n{task['description']}\n{message}".strip()
-    request_id = MAILBOX.send(running(name).name, LEAD, message, "request")
+    request_id = MAILBOX.send(running(name), LEAD, message, "request")
     return f"Sent request {request_id} to {name}. Its answer will arrive with a later request of yours."
 
 def run_team_shutdown(name: str) -> str:
     answer = ask(name, "please stop", "shutdown")
-    RUNNING[name].thread.join(timeout=TEAM_TIMEOUT)  # it ends right after its current batch
+    if name in RUNNING:
+        RUNNING[name].thread.join(timeout=TEAM_TIMEOUT)  # it ends right after its current batch
     return f"{name} acknowledged: {answer}"
 
 def team_command(arg: str, history: list) -> None:
@@ -773,8 +777,7 @@ def team_command(arg: str, history: list) -> None:
     except CorruptFile as error:
         return print(f"[team] {error}")
     for name, entry in sorted(entries.items()):
-        state = "running" if name in RUNNING and RUNNING[name].thread.is_alive() else "not running"
-        print(f"  {name} - {entry['role']} [{state}]")
+        print(f"  {name} - {entry['role']} [{'running' if is_running(name) else 'not running'}]")
     print("  (no teammates yet)" if not entries else f"  session mailbox: {MAILBOX.root.relative_to(WORKDIR)}")
 
 def inbox_command(arg: str, history: list) -> None:

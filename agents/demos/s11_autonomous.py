@@ -1,161 +1,166 @@
-"""Scripted model for the s11 offline demo (not a real model: every turn is written here).
+"""Scripted model and script for the s11 offline demo (not a real model: every turn is written here).
 
-One policy plays three agents: the lead and two autonomous workers, alice and bob.
-It tells them apart by the system prompt: a worker's says "the teammate 'alice'".
+Three acts, all real: real worker processes, a real SIGKILL, the step's own claim().
 
-The lead puts five tasks on the board - two roots, a task after the second root,
-a join, a tail - spawns two autonomous workers and waits, looking again every half
-second, until both report that they stopped. The workers pick the tasks themselves.
-Every task writes a real file, and the join reads files that earlier tasks wrote,
-so it could not succeed if it ran too early.
+1. The lead plans six slow jobs on the board. Three `--worker` processes (alice, bob, carol:
+   the same code a learner starts in three terminals) claim them; each line they print is one
+   event - claimed, lost to someone faster, completed.
+2. The demo kills carol with SIGKILL in the middle of a job. Nobody gives her task back: her
+   lease simply stops being renewed, runs out after LEASE_SECONDS, and another worker takes it
+   over and finishes it. At the end every job is completed, and its result written, once.
+3. The race in slow motion: three threads read one ready task at the same moment (a barrier
+   lines them up), then write. A naive claim - read, check, write, no lock; it lives here, never
+   in the step - lets all three believe they won: the task would run three times. The step's
+   claim(), a compare-and-set under the board lock, lets exactly one win.
+
+A worker's job: sleep (the work), then append one line to results/log.txt, then answer. A worker
+killed during the sleep has not appended anything; the one that takes the job over does.
 """
 
-import json
+import builtins
 import os
-import re
-from datetime import datetime
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
-from offline import blocks_of, last_user_text, latest_results, result_text, steps_since_prompt, tool_use
+from offline import last_user_text, scripted_input, steps_since_prompt, system_text, tool_use
 
-NEWS = "New messages in your team mailbox"  # how the lead is handed its mail
-DEMO_ENV = {"IDLE_TIMEOUT": "1", "POLL_INTERVAL": "0.1"}  # workers stop 1 s after the board runs dry
-WAIT_COMMAND = "sleep 0.5" if os.name != "nt" else "ping -n 2 127.0.0.1 > NUL"
-
-PROMPTS = [
-    "Plan the docs of our tool mdcount as tasks: intro.txt and usage.txt can start at once, faq.txt "
-    "needs the usage, guide.txt joins intro and faq, and the release note comes last.",
-    "/tasks",
-    "Start two autonomous workers, alice and bob.",
-    "Wait until the team has finished, then tell me how it went.",
-    "/team list",
-    "/tasks",
-]
-
-INTRO, USAGE, FAQ, GUIDE, NOTE = ("Write intro.txt", "Write usage.txt", "Write faq.txt",
-                                  "Assemble guide.txt", "Write release-note.txt")
-FILE_TEXT = {
-    "intro.txt": "mdcount counts the Markdown files in a folder.\n",
-    "usage.txt": "Usage: mdcount [FOLDER]   (default: the current folder)\n",
-    "faq.txt": "Q: Does mdcount follow symlinks?  A: No, never.\n",
-    "release-note.txt": "mdcount 1.0: first release. Read guide.txt to get started.\n",
-}
-GUIDE_PARTS = ["intro.txt", "usage.txt", "faq.txt"]
+WORKERS = ["alice", "bob", "carol"]
+VICTIM = "carol"
+JOBS = 6
+SETTINGS = {"LEASE_SECONDS": "1.5", "POLL_SECONDS": "0.1", "IDLE_TIMEOUT": "1.5"}  # short, for a demo
+PROMPTS = [f"Plan {JOBS} independent jobs on the board for the workers."]
 
 
 def setup(workdir: Path) -> None:
-    os.environ.update(DEMO_ENV)  # read when the script loads; run_demo restores the environment after
+    (workdir / "results").mkdir()
+    os.environ.update(SETTINGS)  # read by the script when it loads (the workers inherit them)
 
 
+# -- The scripted model: the lead plans; a worker does the job it was given ---------------------
 def policy(request: dict) -> list:
-    worker = re.search(r"the teammate '([\w-]+)'", request.get("system") or "")
-    return work(request) if worker else lead(request)
-
-
-# -- the workers: one task per prompt -----------------------------------------------
-def work(request: dict) -> list:
-    found = re.findall(r"Task #(\d+): (.+)", last_user_text(request))
-    if not found:
-        return ["I only work on tasks."]
-    subject = found[-1][1].strip()
+    if "teammate '" in system_text(request):
+        return worker_turn(request)
     step = steps_since_prompt(request)
-    if subject == GUIDE:  # the join: its inputs come from three earlier tasks
-        if step == 0:
-            return [tool_use("read_file", {"path": name}) for name in GUIDE_PARTS]
-        if step == 1:
-            text = "".join(result_text(r).strip() + "\n" for r in latest_results(request))
-            return [tool_use("write_file", {"path": "guide.txt", "content": text})]
-        return ["Assembled guide.txt from intro.txt, usage.txt and faq.txt."]
-    name = subject.split()[-1]
     if step == 0:
-        return [tool_use("write_file", {"path": name, "content": FILE_TEXT[name]})]
-    return [f"Wrote {name}."]
+        return ["Six jobs, no dependencies: any worker may take any of them."] + [
+            tool_use("task_create", {"subject": f"Job {n}", "description": f"Process batch {n}."})
+            for n in range(1, JOBS + 1)]
+    return ["The board is ready: workers will claim the jobs themselves."]
 
 
-# -- the lead: plan, spawn, wait ----------------------------------------------------
-def user_prompt_and_step(request: dict) -> tuple:
-    """The user's latest words and how many model turns followed them (mail does not count as words)."""
-    steps = 0
-    for message in reversed(request["messages"]):
-        if message["role"] == "user":
-            texts = [b["text"] for b in blocks_of(message)
-                     if b.get("type") == "text" and not b["text"].startswith(NEWS)]
-            if texts:
-                return texts[-1], steps
-        steps += message["role"] == "assistant"
-    return "", steps
+def worker_turn(request: dict) -> list:
+    prompt, step = last_user_text(request), steps_since_prompt(request)
+    job = int(prompt.split("Task #")[-1].split(":")[0])
+    me = system_text(request).split("teammate '")[1].split("'")[0]
+    if step == 0:
+        return [tool_use("bash", {"command": "sleep 0.7"})]  # the slow part of the job
+    if step == 1:
+        return [tool_use("bash", {"command": f"echo 'job {job} done by {me}' >> results/log.txt"})]
+    return [f"job {job} processed"]
 
 
-def created_ids(request: dict) -> dict:
-    """subject -> id, from the task_create results so far: the board hands out the ids."""
-    ids = {}
-    for message in request["messages"]:
-        for block in blocks_of(message):
-            if block.get("type") == "tool_result" and not block.get("is_error"):
-                try:
-                    task = json.loads(result_text(block))
-                except ValueError:
-                    continue
-                if isinstance(task, dict) and "subject" in task:
-                    ids[task["subject"]] = task["id"]
-    return ids
+# -- The script the demo plays ------------------------------------------------------------------
+def run(namespace: dict, workdir: Path, server) -> None:
+    builtins.input = scripted_input(list(PROMPTS) + ["/tasks"])
+    namespace["repl"]()  # act 1: the lead plans (its model is scripted above; the board is real)
+    board, mailbox = namespace["BOARD"], namespace["MAILBOX"]
+    mailbox.root.mkdir(parents=True, exist_ok=True)
+    print(f"\n[demo] three worker processes join session {mailbox.root.name}: "
+          f"python {Path(namespace['__file__']).name} --worker NAME --session {mailbox.root.name}")
+    workers = {name: start_worker(namespace, workdir, server, name) for name in WORKERS}
+    victim_job = kill_in_the_middle(board, workers)
+    for name, process in workers.items():
+        process.wait(timeout=30)  # each stops by itself once it is idle
+    for process in workers.values():
+        process.reader.join(timeout=5)
+    summary(board, workdir, victim_job)
+    naive_versus_claim(namespace, workdir)
 
 
-def stopped_workers(request: dict) -> set:
-    mail = "\n".join(b["text"] for m in request["messages"] if m["role"] == "user"
-                     for b in blocks_of(m) if b.get("type") == "text" and b["text"].startswith(NEWS))
-    return set(re.findall(r"from ([\w-]+) \[status\]:\nstopped", mail))
+def start_worker(namespace: dict, workdir: Path, server, name: str) -> subprocess.Popen:
+    env = dict(os.environ, ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="offline-demo", PYTHONUNBUFFERED="1")
+    process = subprocess.Popen([sys.executable, namespace["__file__"], "--worker", name, "--session",
+                                namespace["MAILBOX"].root.name], cwd=workdir, env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    process.reader = threading.Thread(target=lambda: [print(line, end="", flush=True) for line in process.stdout],
+                                      daemon=True)
+    process.reader.start()
+    return process
 
 
-def lead(request: dict) -> list:
-    prompt, step = user_prompt_and_step(request)
-    ids = created_ids(request)
-    if prompt.startswith("Plan"):
-        script = [
-            ["Two roots first; their ids come back in the results.",
-             tool_use("task_create", {"subject": INTRO, "description": "One line: what mdcount does."}),
-             tool_use("task_create", {"subject": USAGE, "description": "How to run it."})],
-            [tool_use("task_create", {"subject": FAQ, "blockedBy": [ids.get(USAGE)]})],
-            [tool_use("task_create", {"subject": GUIDE, "description": "intro + usage + faq, in that order.",
-                                      "blockedBy": [ids.get(INTRO), ids.get(FAQ)]})],
-            [tool_use("task_create", {"subject": NOTE, "blockedBy": [ids.get(GUIDE)]})],
-            ["Five tasks are on the board; only intro and usage are ready."],
-        ]
-        return script[min(step, 4)]
-    if prompt.startswith("Start"):
-        if step == 0:
-            return [tool_use("team_spawn_autonomous", {"name": "alice"}),
-                    tool_use("team_spawn_autonomous", {"name": "bob"})]
-        return ["alice and bob are running. They take ready tasks by themselves; I just wait."]
-    if prompt.startswith("Wait"):
-        results = latest_results(request)
-        last_call = results and result_text(results[0])
-        if stopped_workers(request) >= {"alice", "bob"}:
-            if not (last_call and "tasks:" in last_call):
-                return [tool_use("task_list", {})]
-            return ["Both workers ran out of work and stopped. The board: "
-                    + last_call.splitlines()[-1].split(";")[0] + "."]
-        if step >= 40:
-            return ["The workers are still busy; I stop waiting here."]
-        return [tool_use("bash", {"command": WAIT_COMMAND})]
-    return ["OK."]
+def kill_in_the_middle(board, workers: dict) -> int | None:
+    """SIGKILL the victim while it holds a job; return that job's id."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        held = [t for t in board.tasks() if t["status"] == "in_progress" and t["owner"] == VICTIM]
+        if held:
+            time.sleep(0.2)  # a demo's pause, not a synchronisation: let the job get going
+            workers[VICTIM].send_signal(signal.SIGKILL)
+            print(f"[demo] killed {VICTIM} (pid {workers[VICTIM].pid}) with SIGKILL while it held #{held[0]['id']}: "
+                  f"nobody gives that job back; its lease runs out in {SETTINGS['LEASE_SECONDS']}s", flush=True)
+            return held[0]["id"]
+        time.sleep(0.02)
+    print(f"[demo] {VICTIM} never held a job within 15s: nothing to kill")
+    return None
 
 
-def finish(namespace: dict, workdir: Path) -> None:
-    """After the session: who did what, and in which order, read back from .tasks/."""
-    for worker in namespace["RUNNING"].values():
-        worker.thread.join(timeout=5)
-    tasks = namespace["TASKS"].list()
-    board = {t["id"]: t for t in tasks}
-    start = min(datetime.fromisoformat(t["started_at"]) for t in tasks)
-    print("=" * 70)
-    print("Read back from .tasks/: claim order (started_at) and the blockers each task waited for")
-    for task in sorted(tasks, key=lambda t: t["started_at"]):
-        at = (datetime.fromisoformat(task["started_at"]) - start).total_seconds()
-        after = ", ".join(f"#{b}" for b in task["blockedBy"]) or "-"
-        print(f"  +{at:6.3f}s  #{task['id']} {task['subject']:<24} by {task['owner']:<6} blockers done first: {after}")
-    early = [t["id"] for t in tasks for b in t["blockedBy"] if t["started_at"] < board[b]["updated_at"]]
-    print(f"Started before a blocker completed: {early or 'none'}")
-    print("Files:", ", ".join(sorted(p.name for p in workdir.glob("*.txt"))))
-    print("guide.txt:\n  " + (workdir / "guide.txt").read_text(encoding="utf-8").strip().replace("\n", "\n  "))
-    print("=" * 70)
+def summary(board, workdir: Path, victim_job: int | None) -> None:
+    tasks = board.tasks()
+    log = (workdir / "results" / "log.txt").read_text().splitlines() if (workdir / "results" / "log.txt").exists() else []
+    runs = {t["id"]: sum(line.startswith(f"job {t['id']} done") for line in log) for t in tasks}
+    print("\n[demo] the board at the end (who did what varies from run to run):")
+    for task in tasks:
+        print(f"  #{task['id']} {task['subject']}: {task['status']} by {task['owner'] or 'nobody'}, "
+              f"ran {runs[task['id']]} time(s)")
+    completed = sum(t["status"] == "completed" for t in tasks)
+    once = all(n == 1 for n in runs.values())
+    taken_over = victim_job is not None and next(t for t in tasks if t["id"] == victim_job)["owner"] != VICTIM
+    print(f"[demo] summary: {completed} of {len(tasks)} jobs completed, each exactly once: {once}; "
+          f"the job {VICTIM} held when killed was taken over after its lease ran out: {taken_over}")
+
+
+def naive_claim(board, write_json, task_id: int, owner: str, line_up: threading.Barrier) -> bool:
+    """Read, check, write - and no lock. Kept here in the demo: it is the bug the step prevents."""
+    task = board.read(task_id)  # 1. read
+    if task["status"] != "pending" or task["owner"]:  # 2. check
+        return False
+    line_up.wait()  # every worker has read "pending" before anyone writes: the window a real race hits by luck
+    write_json(board.path(task_id), {**task, "status": "in_progress", "owner": owner})  # 3. write
+    return True
+
+
+def naive_versus_claim(namespace: dict, workdir: Path) -> None:
+    print("\n[race] three workers reach for the same ready task at the same moment")
+    for label in ("naive", "claim"):
+        board = namespace["TaskBoard"](workdir / f".race-{label}")
+        task_id = board.create("The contested job")["id"]
+        line_up, outcome = threading.Barrier(len(WORKERS)), {}
+
+        def reach(name: str) -> None:
+            if label == "naive":
+                outcome[name] = naive_claim(board, namespace["write_json"], task_id, name, line_up)
+                return
+            line_up.wait()  # the same moment; claim() reads, checks and writes under one lock
+            try:
+                outcome[name] = bool(namespace["claim"](board, task_id, name))
+            except namespace["TaskError"]:
+                outcome[name] = False
+
+        threads = [threading.Thread(target=reach, args=(name,)) for name in WORKERS]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=10)
+        winners = [name for name in WORKERS if outcome.get(name)]
+        owner = board.read(task_id)["owner"]
+        if label == "naive":
+            print(f"[race] naive claim (read, check, write, no lock): {', '.join(winners)} each believe #{task_id} "
+                  f"is theirs - it would run {len(winners)} times; the file names only {owner}")
+        else:
+            losers = [f"{name} lost #{task_id} to {owner}" for name in WORKERS if name not in winners]
+            print(f"[race] claim() (compare-and-set under the board lock): {owner} won #{task_id}; "
+                  f"{'; '.join(losers)} - it runs once")
