@@ -148,6 +148,25 @@ def test_docs_parity(step):
     assert re.search(r"[\u4e00-\u9fff]", zh), "the Chinese page is written in Chinese"
 
 
+def avoided_terms() -> dict:
+    """The glossary's "not this" column: avoided word -> the glossary's word."""
+    avoided = {}
+    for line in (REPO / "docs" / "zh" / "README.md").read_text(encoding="utf-8").splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 4 and cells[1] and cells[0] not in ("English", "---"):
+            avoided.update({word.strip(): cells[1] for word in cells[3].split("、") if word.strip()})
+    return avoided
+
+
+@pytest.mark.parametrize("page", [f"docs/zh/{step}.md" for step in STEPS] + ["README.zh.md"])
+def test_chinese_pages_use_the_one_glossary(page):
+    avoided = avoided_terms()
+    assert len(avoided) >= 8, "the glossary in docs/zh/README.md lists the words it avoids"
+    text = (REPO / page).read_text(encoding="utf-8")
+    found = {word: term for word, term in avoided.items() if word in text}
+    assert not found, f"{page} uses words the glossary avoids: {found}"
+
+
 @pytest.mark.parametrize("lang", ["en", "zh"])
 @pytest.mark.parametrize("step", STEPS)
 def test_snippets_match_script(step, lang):
