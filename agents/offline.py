@@ -39,7 +39,7 @@ last use (a hit renews it, like the real 5-minute cache). For a new request:
 
     cache_read_input_tokens      the longest remembered prefix it repeats exactly
     cache_creation_input_tokens  the rest, up to the breakpoint (now remembered too)
-    input_tokens                 what is left after the breakpoint (a few characters)
+    input_tokens                 the rest: what the units do not cover (the JSON around them)
 
 where a prefix of units weighs floor(its characters / 4) tokens, and the three add
 up to the total above. A prefix under CACHE_MIN_TOKENS (1,024, like most models)
@@ -309,9 +309,9 @@ def _check_content(where: str, message: dict) -> str | None:
         if kind == "tool_result":
             inner = block.get("content", "")
             if not isinstance(inner, (str, list)) or isinstance(inner, list) and any(
-                    not isinstance(b, dict) or b.get("type") != "text" or not str(b.get("text", "")).strip()
-                    for b in inner):
-                return f"{where}.content.{j}.content: must be a string or a list of non-empty text blocks"
+                    not isinstance(b, dict) or b.get("type") not in ("text", "image", "document")
+                    or b["type"] == "text" and not str(b.get("text", "")).strip() for b in inner):
+                return f"{where}.content.{j}.content: must be a string or a list of blocks (non-empty text, images)"
     return None
 
 
@@ -681,9 +681,241 @@ def run_demo(script_path: str, trace: str | None = None) -> int:
     return 1 if server.rejected else 0
 
 
-def run_traced(script_path, trace):  # placeholder until the proxy lands
-    raise NotImplementedError
+def run_traced(script_path: str, trace: str | None) -> int:
+    """A real session, recorded: the step talks to a local forwarding proxy that passes every request
+    to the configured endpoint and keeps both sides; the page is written when the REPL ends."""
+    upstream = (os.getenv("ANTHROPIC_BASE_URL") or "https://api.anthropic.com").rstrip("/")
+    script, saved_env = Path(script_path).resolve(), dict(os.environ)
+    with ForwardingProxy(upstream) as proxy:
+        print(f"[trace] recording through {proxy.url} -> {upstream}; the page goes to {trace}", flush=True)
+        try:
+            os.environ["ANTHROPIC_BASE_URL"] = proxy.url
+            namespace = runpy.run_path(str(script), run_name="traced")  # the step, pointed at the proxy
+            namespace["repl"]()
+        finally:
+            os.environ.clear()
+            os.environ.update(saved_env)
+            write_trace(Path(trace), proxy.calls, Path.cwd(), title=f"{script.stem} (recorded)")
+            print(f"[trace] {len(proxy.calls)} model calls written to {trace}")
+    return 0
 
 
-def write_trace(path, calls, workdir, title=""):  # placeholder until the page lands
-    Path(path).write_text(json.dumps(calls, indent=1), encoding="utf-8")
+class ForwardingProxy:
+    """Passes /v1/... requests on to `upstream` unchanged (streams stream through as they arrive) and
+    records each answered call as {"request", "reply", "at"}, the reply rebuilt from its events."""
+
+    def __init__(self, upstream: str):
+        self.upstream, self.calls, self._lock = upstream, [], threading.Lock()
+
+    def __enter__(self) -> "ForwardingProxy":
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                import urllib.error
+                import urllib.request
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() not in ("host", "content-length", "connection", "accept-encoding")}
+                request = urllib.request.Request(proxy.upstream + self.path, data=raw, headers=headers, method="POST")
+                try:
+                    answer = urllib.request.urlopen(request, timeout=600)
+                except urllib.error.HTTPError as error:
+                    answer = error
+                self.send_response(answer.status)
+                for key, value in answer.headers.items():
+                    if key.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        self.send_header(key, value)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                events, body = [], b""
+                while chunk := answer.read1(65536) if hasattr(answer, "read1") else answer.read(65536):
+                    body += chunk
+                    self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+                if answer.status == 200 and self.path.split("?")[0] == "/v1/messages":
+                    with proxy._lock:
+                        proxy.calls.append({"request": json.loads(raw), "reply": rebuild(body), "at": time.time()})
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        return self
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def rebuild(body: bytes) -> dict:
+    """The message a reply carried: plain JSON, or accumulated from its server-sent events."""
+    text = body.decode("utf-8", "replace")
+    if not text.lstrip().startswith("event:"):
+        return json.loads(text)
+    message, partial = {}, {}
+    for frame in text.split("\n\n"):
+        data = next((line[6:] for line in frame.splitlines() if line.startswith("data: ")), None)
+        event = json.loads(data) if data else {}
+        kind = event.get("type")
+        if kind == "message_start":
+            message = event["message"]
+        elif kind == "content_block_start":
+            message["content"].append(event["content_block"])
+        elif kind == "content_block_delta":
+            block, delta = message["content"][event["index"]], event["delta"]
+            if delta["type"] == "text_delta":
+                block["text"] += delta["text"]
+            elif delta["type"] == "input_json_delta":
+                partial[event["index"]] = partial.get(event["index"], "") + delta["partial_json"]
+        elif kind == "message_delta":
+            message.update({k: v for k, v in event["delta"].items() if v is not None})
+            message["usage"] = {**message.get("usage", {}), **event.get("usage", {})}
+    for index, raw in partial.items():
+        try:
+            message["content"][index]["input"] = json.loads(raw)
+        except ValueError:
+            message["content"][index]["input"] = {"(cut off)": raw}
+    return message
+
+
+# -- The trace page ------------------------------------------------------------------------
+PAGE_STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:0;background:#f6f6f4;color:#222}
+header{padding:14px 22px;background:#23303a;color:#fff}header h1{margin:0 0 4px;font-size:19px}
+main{padding:12px 22px}section.call{background:#fff;border:1px solid #ddd;border-radius:6px;margin:12px 0;padding:10px 14px}
+section.call>h2{font-size:15px;margin:0 0 6px}.agent{background:#e8eef5;border-radius:4px;padding:1px 6px}
+.tokens span{display:inline-block;margin-right:12px;font-variant-numeric:tabular-nums}
+.changes{margin:6px 0;padding:6px 10px;background:#fffbea;border-left:3px solid #e0b000}
+.changes li{margin:2px 0}.msg{border-left:3px solid #bbb;margin:6px 0;padding:2px 10px}
+.msg.user{border-color:#4a90d9}.msg.assistant{border-color:#7b5ea7}.role{font-weight:600;font-size:12px;color:#666}
+.new{background:#eefaf0}.pair{display:grid;grid-template-columns:1fr 1fr;gap:8px;margin:4px 0}
+.call-box,.result{background:#f3f1fb;border-radius:4px;padding:4px 8px}.result{background:#f0f6fc}
+.result.error{background:#fdecec}pre{white-space:pre-wrap;word-break:break-word;margin:2px 0;font:12px/1.4 monospace}
+.transient{outline:2px dashed #e0a000;background:#fff6df}.cleared{color:#8a6d00;background:#fbf5e0}
+.summary{background:#f5efff}.news{background:#eaf7ff;outline:1px solid #9ccbe8}.uses{color:#666;font-size:12px}
+.reply{background:#f7f3ff}
+table.mail{border-collapse:collapse;width:100%;background:#fff}table.mail td,table.mail th{border:1px solid #ddd;
+padding:3px 6px;text-align:left;vertical-align:top;font-size:12px}details>summary{cursor:pointer;color:#555}
+"""
+
+
+def agent_of(request: dict) -> str:
+    system = system_text(request)
+    found = re.search(r"teammate '([\w-]+)'", system)
+    return found.group(1) if found else "summary" if "summarise" in system else "lead"
+
+
+def write_trace(path: Path, calls: list, workdir: Path, title: str = "") -> None:
+    """One self-contained page: a panel per model call, then the mailbox traffic, if any."""
+    from html import escape
+    previous: dict = {}
+    panels = []
+    for number, call in enumerate(calls, 1):
+        request, reply = call["request"], call["reply"]
+        agent, messages = agent_of(request), request["messages"]
+        before = previous.get(agent, [])
+        shared = next((i for i, (a, b) in enumerate(zip(before, messages)) if a != b), min(len(before), len(messages)))
+        previous[agent] = messages
+        changes = [f"{len(messages) - shared} new message(s) since {agent}'s previous call"] if before else \
+            [f"{agent}'s first call: {len(messages)} message(s)"]
+        if before and shared < len(before):
+            edited = json.dumps(messages[shared:])
+            changes.append(f"{len(before) - shared} earlier message(s) changed: "
+                           + ("summarised by a compaction" if "[This conversation was compacted" in edited else
+                              "old results cleared by micro compaction" if "[cleared:" in edited else "rewritten"))
+        if "<nag-reminder>" in json.dumps(messages[-1]):
+            changes.append("a transient reminder rides on this request only (it is not in the history)")
+        if "New messages in your team mailbox" in json.dumps(messages[-1]):
+            changes.append("team mail joins this request")
+        usage = reply.get("usage", {})
+        tokens = {"input": usage.get("input_tokens", 0), "cache-read": usage.get("cache_read_input_tokens", 0),
+                  "cache-write": usage.get("cache_creation_input_tokens", 0), "output": usage.get("output_tokens", 0)}
+        shown = [render_message(m, messages[i - 1] if i else None, i >= shared, escape) for i, m in enumerate(messages)]
+        old = f"<details><summary>{shared} earlier message(s), unchanged since the previous call</summary>" \
+              f"{''.join(shown[:shared])}</details>" if shared else ""
+        panels.append(
+            f'<section class="call" id="call-{number}" data-agent="{escape(agent)}">'
+            f'<h2>Call {number} <span class="agent">{escape(agent)}</span> stop: {escape(str(reply.get("stop_reason")))}'
+            '</h2><div class="tokens">'
+            + "".join(f'<span class="{k}" data-value="{v}">{k.replace("-", " ")}: {v:,}</span>' for k, v in tokens.items())
+            + '</div><ul class="changes">' + "".join(f"<li>{escape(c)}</li>" for c in changes) + "</ul>"
+            + old + "".join(shown[shared:]) + '<div class="msg assistant reply"><div class="role">reply</div>'
+            + "".join(render_block(b, escape) for b in reply.get("content", [])) + "</div></section>")
+    mail = []
+    for mailbox in sorted(Path(workdir).glob(".mailbox/*/*.jsonl")):
+        for line in mailbox.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                m = json.loads(line)
+                mail.append(f'<tr><td>{escape(mailbox.name)}</td><td>{escape(str(m.get("from")))} -&gt; '
+                            f'{escape(str(m.get("to")))}</td><td>{escape(str(m.get("kind")))}'
+                            f'{" [" + escape(m["protocol"]) + "]" if m.get("protocol") else ""}</td>'
+                            f'<td>{clipped(str(m.get("content")), escape)}</td></tr>')
+            except (ValueError, AttributeError, TypeError):
+                mail.append(f"<tr><td>{escape(mailbox.name)}</td><td colspan=3>(a malformed line)</td></tr>")
+    totals = {k: sum(c["reply"].get("usage", {}).get(k, 0) for c in calls)
+              for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")}
+    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>trace: {escape(title)}</title>"
+            f"<style>{PAGE_STYLE}</style></head><body><header><h1>What the model saw: {escape(title)}</h1>"
+            f"{len(calls)} model calls. Tokens: not cached {totals['input_tokens']:,}; read from the cache "
+            f"{totals['cache_read_input_tokens']:,}; written to it {totals['cache_creation_input_tokens']:,}. "
+            "Each panel is one request: what changed since that agent's previous request, the new messages "
+            "(earlier ones folded), and the reply.</header><main>" + "".join(panels)
+            + (f"<h2>Mailbox traffic</h2><table class='mail'><tr><th>mailbox</th><th>from -&gt; to</th>"
+               f"<th>kind</th><th>content</th></tr>{''.join(mail)}</table>" if mail else "")
+            + "</main></body></html>")
+    path.write_text(page, encoding="utf-8")
+
+
+def render_message(message: dict, before: dict | None, new: bool, escape) -> str:
+    """A message as the model received it. Each tool result is drawn beside the call it answers."""
+    calls = {b.get("id"): b for b in blocks_of(before or {}) if b.get("type") == "tool_use"}
+    parts = []
+    for block in blocks_of(message):
+        if block.get("type") == "tool_result":
+            call = calls.get(block.get("tool_use_id"), {"name": "?", "input": {}})
+            error = " error" if block.get("is_error") else ""
+            parts.append(f'<div class="pair" data-id="{escape(str(block.get("tool_use_id")))}">'
+                         f'<div class="call-box">{render_block({**call, "type": "tool_use"}, escape)}</div>'
+                         f'<div class="result{error}">{render_result(block, escape)}</div></div>')
+        elif block.get("type") == "tool_use":  # drawn in full beside its result, in the next message
+            parts.append(f'<div class="uses">calls <b>{escape(str(block.get("name")))}</b> '
+                         f'({escape(str(block.get("id")))})</div>')
+        else:
+            parts.append(render_block(block, escape))
+    return (f'<div class="msg {escape(message["role"])}{" new" if new else ""}"><div class="role">'
+            f'{escape(message["role"])}</div>{"".join(parts)}</div>')
+
+
+def clipped(text: str, escape, limit: int = 600) -> str:
+    if len(text) <= limit:
+        return f"<pre>{escape(text)}</pre>"
+    return (f"<pre>{escape(text[:limit])}</pre><details><summary>{len(text) - limit:,} more characters</summary>"
+            f"<pre>{escape(text[limit:])}</pre></details>")
+
+
+def render_block(block: dict, escape) -> str:
+    if block.get("type") == "tool_use":
+        return (f'<b class="tool" data-id="{escape(str(block.get("id")))}">{escape(str(block.get("name")))}</b>'
+                + clipped(json.dumps(block.get("input"), ensure_ascii=False), escape))
+    text = str(block.get("text", ""))
+    kind = "transient" if "<nag-reminder>" in text else "summary" if text.startswith("[This conversation was") else \
+        "news" if text.startswith("New messages in your team mailbox") else "text"
+    return f'<div class="{kind}">{clipped(text, escape)}</div>'
+
+
+def render_result(result: dict, escape) -> str:
+    content = result.get("content", "")
+    blocks = [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    return "".join(render_block(b, escape) if not str(b.get("text", "")).startswith("[cleared:")
+                   else f'<div class="cleared">{clipped(b["text"], escape)}</div>' for b in blocks)

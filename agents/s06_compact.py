@@ -312,6 +312,7 @@ def compact(messages: list, reason: str, focus: str = "") -> bool:
     the history exactly as it was.
     """
     if not TRANSCRIPT.sync(messages):  # the safety net comes first: no record, no compaction
+        print(f"[compact] not now: the transcript cannot be written ({TRANSCRIPT.problem})")
         return False
     if messages and messages[-1]["role"] == "assistant" and \
             any(b["type"] == "tool_use" for b in content_blocks(messages[-1])):
@@ -479,7 +480,7 @@ def call_model(messages: list, system: str = SYSTEM, tools: list = TOOLS, model:
                     print(f"> {block.name}: {preview(block.input, 120)}" if block.type == "tool_use" else "")
             return stream.get_final_message()
     except Exception as error:  # a stream cut short, or a 200 that is no reply (a broken "compatible" endpoint)
-        raise error if isinstance(error, APIError) else APIError(f"broken reply: {error!r}", None, body=None)
+        raise error if isinstance(error, APIError) else APIError(f"not a valid reply: {error!r}", None, body=None)
 
 STOP_NOTES = {  # the documented stop reasons that end a turn early, as the REPL says them
     "max_tokens": f"cut off at max_tokens ({MAX_TOKENS}); an unfinished tool call was not run",
@@ -524,7 +525,7 @@ def run_slash_command(line: str, history: list) -> None:
     if name in SLASH_COMMANDS:
         return SLASH_COMMANDS[name](arg.strip(), history)
     print(("" if name == "/help" else f"Unknown command {name}. ") + "Commands: /help, q or exit (quit)",
-          *("  " + command.__doc__.splitlines()[0] for command in SLASH_COMMANDS.values()), sep="\n")
+          *("  " + command.__doc__.splitlines()[0] for command in dict.fromkeys(SLASH_COMMANDS.values())), sep="\n")
 
 
 # -- The REPL ---------------------------------------------------------------------

@@ -2,9 +2,8 @@
 """s07_task_system.py - a persistent task graph that outlives the conversation.
 Base: s01_agent_loop.py - diff against it.
 
-Conversation history is a process; a task board is state. Goals that must survive
-compaction, restarts and hand-over between agents live on disk, one JSON file per task,
-linked by `blockedBy` edges:
+Conversation history is a process; a task board is state. Goals that must survive compaction,
+restarts and hand-over between agents live on disk, one JSON file per task, linked by `blockedBy`:
 
     .tasks/task_1.json   {"id": 1, "status": "completed", "blockedBy": []}
     .tasks/task_2.json   {"id": 2, "status": "pending",   "blockedBy": [1]}
@@ -18,8 +17,7 @@ linked by `blockedBy` edges:
 The board says at any time what can run now, what waits for what, and what finishing a task
 unblocks. `blocks` is derived from everyone's `blockedBy`, so each edge has one source of truth.
 
-Key insight: put the plan where the conversation cannot lose it - on disk, as a graph
-that says what is ready.
+Key insight: put the plan where the conversation cannot lose it - on disk, as a graph that says what is ready.
 
 Read in this order: TaskBoard.update (the rules), create, then the views and the tools.
 Run:  python agents/s07_task_system.py  [--demo]  [--trace run.html]    In the REPL: /tasks [all | graph]
@@ -298,8 +296,11 @@ class TaskBoard:
     def tasks(self) -> list[dict]:
         """Every task, deleted ones included, with `blocks` derived from everyone's blockedBy."""
         board = self.read_all()
-        return [{**task, "blocks": [other["id"] for other in board.values() if task["id"] in other["blockedBy"]]}
-                for task in board.values()]
+        blocks = {task_id: [] for task_id in board}
+        for task in board.values():
+            for blocker in task["blockedBy"]:
+                blocks[blocker].append(task["id"])
+        return [{**task, "blocks": blocks[task["id"]]} for task in board.values()]
 
     def get(self, task_id) -> dict:
         task_id = parse_id(task_id)
@@ -392,8 +393,7 @@ class TaskBoard:
         if blocker == task_id:
             raise TaskError("INVALID_DEPENDENCY", f"task {task_id} cannot depend on itself")
         if not self.path(blocker).exists() or self.read(blocker)["status"] == "deleted":
-            raise TaskError("INVALID_DEPENDENCY", f"there is no task {blocker}, or it is deleted; link only ids "
-                                                  "that task_create or task_list returned")
+            raise TaskError("INVALID_DEPENDENCY", f"there is no task {blocker}, or it is deleted; {ID_NOTE}")
 
 
 # Views: a compact board for the model, Mermaid text for humans.
@@ -563,7 +563,7 @@ def call_model(messages: list, system: str = SYSTEM, tools: list = TOOLS, model:
                     print(f"> {block.name}: {preview(block.input, 120)}" if block.type == "tool_use" else "")
             return stream.get_final_message()
     except Exception as error:  # a stream cut short, or a 200 that is no reply (a broken "compatible" endpoint)
-        raise error if isinstance(error, APIError) else APIError(f"broken reply: {error!r}", None, body=None)
+        raise error if isinstance(error, APIError) else APIError(f"not a valid reply: {error!r}", None, body=None)
 
 STOP_NOTES = {  # the documented stop reasons that end a turn early, as the REPL says them
     "max_tokens": f"cut off at max_tokens ({MAX_TOKENS}); an unfinished tool call was not run",
@@ -608,7 +608,7 @@ def run_slash_command(line: str, history: list) -> None:
     if name in SLASH_COMMANDS:
         return SLASH_COMMANDS[name](arg.strip(), history)
     print(("" if name == "/help" else f"Unknown command {name}. ") + "Commands: /help, q or exit (quit)",
-          *("  " + command.__doc__.splitlines()[0] for command in SLASH_COMMANDS.values()), sep="\n")
+          *("  " + command.__doc__.splitlines()[0] for command in dict.fromkeys(SLASH_COMMANDS.values())), sep="\n")
 
 
 # -- The REPL ---------------------------------------------------------------------

@@ -303,8 +303,11 @@ class TaskBoard:
     def tasks(self) -> list[dict]:
         """Every task, deleted ones included, with `blocks` derived from everyone's blockedBy."""
         board = self.read_all()
-        return [{**task, "blocks": [other["id"] for other in board.values() if task["id"] in other["blockedBy"]]}
-                for task in board.values()]
+        blocks = {task_id: [] for task_id in board}
+        for task in board.values():
+            for blocker in task["blockedBy"]:
+                blocks[blocker].append(task["id"])
+        return [{**task, "blocks": blocks[task["id"]]} for task in board.values()]
 
     def get(self, task_id) -> dict:
         task_id = parse_id(task_id)
@@ -397,8 +400,7 @@ class TaskBoard:
         if blocker == task_id:
             raise TaskError("INVALID_DEPENDENCY", f"task {task_id} cannot depend on itself")
         if not self.path(blocker).exists() or self.read(blocker)["status"] == "deleted":
-            raise TaskError("INVALID_DEPENDENCY", f"there is no task {blocker}, or it is deleted; link only ids "
-                                                  "that task_create or task_list returned")
+            raise TaskError("INVALID_DEPENDENCY", f"there is no task {blocker}, or it is deleted; {ID_NOTE}")
 
 
 # Views: a compact board for the model, Mermaid text for humans.
@@ -551,9 +553,11 @@ class Mailbox:
                    "reply_to": reply_to, "content": content, "at": datetime.now(timezone.utc).isoformat()}
         path = self.path(to)
         with file_lock(path.with_suffix(".lock")):
-            with open(path, "ab", buffering=0) as handle:  # unbuffered: the line goes out in one write()
-                if handle.tell() and self.last_byte(path) != b"\n":
-                    handle.write(b"\n")  # a writer killed mid-line left a fragment: end it, so it stays alone
+            with open(path, "a+b", buffering=0) as handle:  # append mode, unbuffered: one write() per line
+                if handle.seek(0, os.SEEK_END):
+                    handle.seek(-1, os.SEEK_END)
+                    if handle.read(1) != b"\n":
+                        handle.write(b"\n")  # a writer killed mid-line left a fragment: end it, so it stays alone
                 handle.write((json.dumps(message, ensure_ascii=False) + "\n").encode("utf-8"))
         with self.arrived:
             self.arrived.notify_all()
@@ -564,12 +568,6 @@ class Mailbox:
             return self.path(agent).stat().st_size
         except FileNotFoundError:  # nobody has written to it yet (or the session folder is gone)
             return 0
-
-    @staticmethod
-    def last_byte(path: Path) -> bytes:
-        with open(path, "rb") as handle:
-            handle.seek(-1, os.SEEK_END)
-            return handle.read(1)
 
     def read(self, agent: str, offset: int = 0) -> tuple[list[dict], int]:
         """The complete messages after byte `offset`, and the offset to read from next time."""
@@ -899,7 +897,7 @@ def call_model(messages: list, system: str = SYSTEM, tools: list = TOOLS, model:
                     print(f"> {block.name}: {preview(block.input, 120)}" if block.type == "tool_use" else "")
             return stream.get_final_message()
     except Exception as error:  # a stream cut short, or a 200 that is no reply (a broken "compatible" endpoint)
-        raise error if isinstance(error, APIError) else APIError(f"broken reply: {error!r}", None, body=None)
+        raise error if isinstance(error, APIError) else APIError(f"not a valid reply: {error!r}", None, body=None)
 
 STOP_NOTES = {  # the documented stop reasons that end a turn early, as the REPL says them
     "max_tokens": f"cut off at max_tokens ({MAX_TOKENS}); an unfinished tool call was not run",
@@ -944,7 +942,7 @@ def run_slash_command(line: str, history: list) -> None:
     if name in SLASH_COMMANDS:
         return SLASH_COMMANDS[name](arg.strip(), history)
     print(("" if name == "/help" else f"Unknown command {name}. ") + "Commands: /help, q or exit (quit)",
-          *("  " + command.__doc__.splitlines()[0] for command in SLASH_COMMANDS.values()), sep="\n")
+          *("  " + command.__doc__.splitlines()[0] for command in dict.fromkeys(SLASH_COMMANDS.values())), sep="\n")
 
 
 # -- The REPL ---------------------------------------------------------------------

@@ -53,6 +53,7 @@ class DemoRun:
     done: subprocess.CompletedProcess
     seconds: float
     left_behind: list  # whatever the demo created in the folder it was started from
+    trace: Path  # the page the demo wrote with --trace
 
 
 @pytest.fixture(scope="session")
@@ -66,14 +67,15 @@ def offline_demo(tmp_path_factory):
 
     def run(step: str) -> DemoRun:
         if step not in runs:
-            cwd = tmp_path_factory.mktemp(f"demo-{step}")
+            cwd, trace = tmp_path_factory.mktemp(f"demo-{step}"), tmp_path_factory.mktemp(f"trace-{step}") / "run.html"
             env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
             env.update(PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8",
                        ANTHROPIC_CONFIG_DIR=str(tmp_path_factory.mktemp("anthropic-config")))
             started = time.monotonic()
-            done = subprocess.run([sys.executable, str(AGENTS / f"{step}.py")], text=True, encoding="utf-8",
-                                  capture_output=True, cwd=cwd, env=env, timeout=60, stdin=subprocess.DEVNULL)
-            runs[step] = DemoRun(done, time.monotonic() - started, sorted(p.name for p in cwd.iterdir()))
+            done = subprocess.run([sys.executable, str(AGENTS / f"{step}.py"), "--trace", str(trace)], text=True,
+                                  encoding="utf-8", capture_output=True, cwd=cwd, env=env, timeout=60,
+                                  stdin=subprocess.DEVNULL)
+            runs[step] = DemoRun(done, time.monotonic() - started, sorted(p.name for p in cwd.iterdir()), trace)
         return runs[step]
 
     return run

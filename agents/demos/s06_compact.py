@@ -19,7 +19,7 @@ from pathlib import Path
 from offline import blocks_of, is_prompt, latest_results, result_text, system_text, tool_use
 
 DEMO_THRESHOLD = 12_000  # tokens; the script's default is 50,000
-DEMO_BATCH = 4_000  # tokens micro compaction waits for; the script's default is 5,000
+DEMO_BATCH = 4_000  # tokens micro compaction waits for; the script's default is 10,000
 SMALL_LOGS = ["api", "auth", "billing", "search", "cache", "mail"]
 BIG_LOGS = ["payments", "gateway"]
 PROMPTS = [

@@ -1,11 +1,14 @@
-"""Benchmark the s07 task board on a board of 2,000 tasks.
+"""Benchmark the s07 task board on a board of 2,000 tasks (not collected by pytest).
 
 Run from the repository root:  python tests/bench/bench_s07.py [--tasks 2000]
 
-Measures one update, completing a task with 10 dependents, list(), ready(), and claims per
-second with 1 and with 8 processes. Everything happens in a temporary folder.
+Measures the readers (tasks(), ready(), get() - no lock), the changes (a subject edit, a status
+change, completing a task with 10 dependents, adding an edge, create) with how long each holds
+the board lock, and tasks created per second by 1 and by 8 processes at once. Everything happens
+in a temporary folder.
 """
 import argparse
+import contextlib
 import importlib.util
 import multiprocessing
 import os
@@ -28,11 +31,24 @@ def load_script():
 
 
 s07 = load_script()
+HELD = []  # seconds the board lock was held, per change
 
 
-def build_board(tasks_dir: Path, count: int) -> "s07.TaskManager":
-    """A realistic mix: chains and fan-outs, task 1 gates ten dependents (2..11)."""
-    board = s07.TaskManager(tasks_dir)
+def timed_lock(original):
+    @contextlib.contextmanager
+    def lock(path):
+        with original(path):
+            start = time.perf_counter()
+            try:
+                yield
+            finally:
+                HELD.append(time.perf_counter() - start)
+    return lock
+
+
+def build_board(tasks_dir: Path, count: int):
+    """A realistic mix: chains and fan-outs; task 1 gates ten dependents (2..11)."""
+    board = s07.TaskBoard(tasks_dir)
     board.create("Hub task", "gates ten dependents")
     for n in range(2, 12):
         board.create(f"Dependent {n}", blocked_by=[1])
@@ -43,101 +59,50 @@ def build_board(tasks_dir: Path, count: int) -> "s07.TaskManager":
     return board
 
 
-def timed(call, repeat: int) -> float:
-    """Median wall time of `call` in milliseconds."""
-    samples = []
+def timed(call, repeat: int) -> tuple:
+    """(median wall ms, median lock-held ms) of `call`."""
+    walls, held = [], []
     for _ in range(repeat):
+        HELD.clear()
         start = time.perf_counter()
         call()
-        samples.append((time.perf_counter() - start) * 1000)
-    return statistics.median(samples)
+        walls.append((time.perf_counter() - start) * 1000)
+        held.append(sum(HELD) * 1000)
+    return statistics.median(walls), statistics.median(held)
 
 
-def time_completion(board, repeat: int) -> float:
-    samples = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        result = board.update(1, status="completed")
-        samples.append((time.perf_counter() - start) * 1000)
-        assert result["unblocked"] == list(range(2, 12)), result["unblocked"]
-        board.update(1, status="pending")  # reopen (re-blocks the ten), not timed
-    return statistics.median(samples)
+def complete_and_reopen(board) -> None:
+    assert board.update(1, status="completed")["unblocked"] == list(range(2, 12))
+    s07.file_lock = ORIGINAL_LOCK  # the reopening is not measured
+    board.update(1, status="pending")
+    s07.file_lock = timed_lock(ORIGINAL_LOCK)
 
 
-def claim_worker(tasks_dir: str, worker: int, count: int, start_gate, results) -> None:
-    board = s07.TaskManager(Path(tasks_dir))
-    ids = list(range(1, count + 1))
-    random.Random(worker).shuffle(ids)
-    start_gate.wait()
-    won = 0
-    for task_id in ids:
-        try:
-            board.claim(task_id, f"w{worker}")
-            won += 1
-        except s07.TaskError:
-            pass  # someone else was faster: that is the point of compare-and-set
-    results.put(won)
+def create_many(tasks_dir: str, count: int, gate, results) -> None:
+    board = s07.TaskBoard(Path(tasks_dir))
+    gate.wait()
+    results.put([board.create(f"task {n}")["id"] for n in range(count)])
 
 
-def ready_loop_worker(tasks_dir: str, worker: int, budget: int, start_gate, results) -> None:
-    """The loop an autonomous worker runs: look at ready(), try to claim one, repeat."""
-    board = s07.TaskManager(Path(tasks_dir))
-    rng = random.Random(worker)
-    start_gate.wait()
-    won = 0
-    while won < budget:
-        ready = board.ready()
-        if not ready:
-            break
-        try:
-            board.claim(rng.choice(ready)["id"], f"w{worker}")
-            won += 1
-        except s07.TaskError:
-            pass
-    results.put(won)
-
-
-def run_workers(worker, processes: int, tasks_dir: Path, extra) -> tuple[int, float]:
+def creates_per_second(processes: int, per_process: int) -> float:
     context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    start_gate, results = context.Barrier(processes + 1), context.Queue()
-    procs = [context.Process(target=worker, args=(str(tasks_dir), n, extra, start_gate, results))
-             for n in range(processes)]
-    for proc in procs:
-        proc.start()
-    start_gate.wait()
-    start = time.perf_counter()
-    won = sum(results.get(timeout=300) for _ in procs)
-    elapsed = time.perf_counter() - start
-    for proc in procs:
-        proc.join()
-    return won, elapsed
-
-
-def ready_board(folder: str, count: int):
-    """A board of `count` ready tasks in `folder`."""
-    board = s07.TaskManager(Path(folder) / ".tasks")
-    for n in range(count):
-        board.create(f"job {n}")
-    return board, board.dir
-
-
-def claims_per_second(processes: int, count: int) -> float:
-    """Wall-clock claims/s for `processes` workers racing to claim `count` ready tasks by id."""
     with tempfile.TemporaryDirectory() as folder:
-        board, tasks_dir = ready_board(folder, count)
-        won, elapsed = run_workers(claim_worker, processes, tasks_dir, count)
-        assert won == count, f"{won} claims for {count} tasks"
-        return count / elapsed
+        gate, results = context.Barrier(processes + 1), context.Queue()
+        procs = [context.Process(target=create_many, args=(folder, per_process, gate, results))
+                 for _ in range(processes)]
+        for proc in procs:
+            proc.start()
+        gate.wait()
+        start = time.perf_counter()
+        ids = [i for _ in procs for i in results.get(timeout=300)]
+        elapsed = time.perf_counter() - start
+        for proc in procs:
+            proc.join()
+        assert sorted(ids) == list(range(1, len(ids) + 1)), "every id handed out exactly once"
+    return len(ids) / elapsed
 
 
-def ready_loop_claims_per_second(processes: int, count: int, per_worker: int) -> float:
-    """Claims/s when every claim is preceded by ready() on a board of `count` tasks."""
-    with tempfile.TemporaryDirectory() as folder:
-        board, tasks_dir = ready_board(folder, count)
-        won, elapsed = run_workers(ready_loop_worker, processes, tasks_dir, per_worker)
-        claimed = [t for t in board.list() if t["status"] == "in_progress"]
-        assert won == len(claimed) == len({t["id"] for t in claimed})
-        return won / elapsed
+ORIGINAL_LOCK = s07.file_lock
 
 
 def main() -> None:
@@ -145,32 +110,28 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args()
-    print(f"python {platform.python_version()} on {platform.system()}, {os.cpu_count()} cores "
-          f"(shared machine: figures are indicative)")
+    print(f"python {platform.python_version()} on {platform.system()}, {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as folder:
-        start = time.perf_counter()
         board = build_board(Path(folder) / ".tasks", args.tasks)
-        print(f"built a board of {args.tasks} tasks in {time.perf_counter() - start:.1f} s")
-        flip = iter(range(10 ** 6))
+        s07.file_lock = timed_lock(ORIGINAL_LOCK)
         rows = [
-            ("one update (rename a task)", timed(lambda: board.update(500, subject=f"Renamed {next(flip)}"),
-                                                 args.repeat)),
-            ("complete a task with 10 dependents", time_completion(board, args.repeat)),
-            ("list()", timed(board.list, args.repeat)),
-            ("ready()", timed(board.ready, args.repeat)),
-            ("get(1)", timed(lambda: board.get(1), args.repeat)),
+            ("tasks() (read all, no lock)", timed(board.tasks, args.repeat)),
+            ("ready() (no lock)", timed(board.ready, args.repeat)),
+            ("get(500) (no lock)", timed(lambda: board.get(500), args.repeat)),
+            ("update: a subject", timed(lambda: board.update(500, subject="Renamed"), args.repeat)),
+            ("update: pending -> in_progress", timed(lambda: board.update(12, status="in_progress"), 1)),
+            ("complete a task with 10 dependents", timed(lambda: complete_and_reopen(board), args.repeat)),
+            ("update: add an edge (cycle check)", timed(lambda: board.update(args.tasks, add_blocked_by=[13]), 1)),
+            ("create", timed(lambda: board.create("One more"), args.repeat)),
         ]
-        for label, ms in rows:
-            print(f"  {label:<38} {ms:8.1f} ms (median of {args.repeat})")
-    print(f"claims: {args.tasks} ready tasks, workers race to claim them by id (each claimed exactly once)")
+        s07.file_lock = ORIGINAL_LOCK
+    print(f"board of {args.tasks} tasks (one JSON file each); median of {args.repeat} runs")
+    print(f"  {'operation':<38} {'wall':>9} {'lock held':>10}")
+    for label, (wall, held) in rows:
+        print(f"  {label:<38} {wall:7.2f} ms {held:7.2f} ms")
+    print("creates per second, every id distinct:")
     for processes in (1, 8):
-        label = f"{processes} process{'es' if processes > 1 else ''}"
-        print(f"  {label:<38} {claims_per_second(processes, args.tasks):8.0f} claims/s")
-    print(f"claims: worker loop ready() -> claim() on a board of {args.tasks} tasks (40 claims in all)")
-    for processes in (1, 8):
-        label = f"{processes} process{'es' if processes > 1 else ''}"
-        rate = ready_loop_claims_per_second(processes, args.tasks, per_worker=40 // processes)
-        print(f"  {label:<38} {rate:8.0f} claims/s")
+        print(f"  {processes} process{'es' if processes > 1 else '':<3} {creates_per_second(processes, 400 // processes):10.0f} /s")
 
 
 if __name__ == "__main__":

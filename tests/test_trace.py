@@ -1,0 +1,126 @@
+"""--trace: every step writes one self-contained page of what the model saw, and a real browser
+reads it. With a key, the page is recorded through offline.py's forwarding proxy; here the
+"real" endpoint is a second local stand-in, so the figures on the page can be checked against it.
+
+The browser is Chromium, headless (`.ci/run` installs Debian's package). Without it these
+checks skip, unless REQUIRE_BROWSER=1 says a browser must be there (CI sets it).
+"""
+
+import html.parser
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import STEPS
+from offline import ScriptedModel, reply, tool_use
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_browser = pytest.mark.skipif(not CHROMIUM and os.getenv("REQUIRE_BROWSER") != "1",
+                                   reason="no Chromium here (CI installs it)")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
+         "--disable-component-update", "--disable-sync"]
+
+
+class Page(html.parser.HTMLParser):
+    """The DOM as the browser left it: panels, their token figures, tool calls and pairs."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.panels, self.pairs, self.reply_calls, self.texts = [], [], [], []
+        self.stack, self.in_reply = [], 0
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        classes = (attrs.get("class") or "").split()
+        self.stack.append(classes)
+        if tag == "section" and "call" in classes:
+            self.panels.append({"agent": attrs.get("data-agent"), "tokens": {}, "pairs": 0})
+        elif tag == "span" and self.panels and self.stack[-2:-1] == [["tokens"]]:
+            self.panels[-1]["tokens"][classes[0]] = int(attrs["data-value"])
+        elif "pair" in classes:
+            self.pairs.append({"id": attrs.get("data-id"), "call": None, "result": False})
+            self.panels[-1]["pairs"] += 1
+        elif "result" in classes and self.pairs:
+            self.pairs[-1]["result"] = True
+        elif tag == "b" and "tool" in classes:
+            if any("reply" in c for c in self.stack):
+                self.reply_calls.append((self.panels[-1]["agent"], attrs.get("data-id")))
+            elif self.pairs:
+                self.pairs[-1]["call"] = attrs.get("data-id")
+
+    def handle_endtag(self, tag):
+        if self.stack:
+            self.stack.pop()
+
+    def handle_data(self, data):
+        self.texts.append(data)
+
+
+def in_browser(page, tmp_path):
+    """The DOM after Chromium loaded the page from disk, and a screenshot of it."""
+    profile = tmp_path / "chromium-profile"
+    dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+                         capture_output=True, text=True, timeout=60)
+    assert dom.returncode == 0 and "<section" in dom.stdout, dom.stderr[-2000:]
+    shot = tmp_path / f"{page.stem}.png"
+    subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1100,2400",
+                    page.as_uri()], capture_output=True, timeout=60)
+    assert shot.exists() and shot.stat().st_size > 10_000
+    return Page(dom.stdout)
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_every_demo_writes_a_self_contained_page(offline_demo, step):
+    demo = offline_demo(step)
+    assert f"trace written to {demo.trace}" in demo.done.stdout
+    text = demo.trace.read_text(encoding="utf-8")
+    calls = int(re.search(r"\[offline demo\] (\d+) model calls", demo.done.stdout).group(1))
+    assert text.count('<section class="call"') == calls  # one panel per model call
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), "no network: nothing loaded from elsewhere"
+    assert "<script" not in text  # plain HTML and CSS: it opens from disk anywhere
+
+
+@needs_browser
+@pytest.mark.parametrize("step", ["s06_compact", "s09_team", "s11_autonomous"])
+def test_a_browser_reads_the_demo_pages(offline_demo, tmp_path, step):
+    demo = offline_demo(step)
+    page = in_browser(demo.trace, tmp_path)
+    calls = int(re.search(r"\[offline demo\] (\d+) model calls", demo.done.stdout).group(1))
+    assert len(page.panels) == calls
+    assert all(p["call"] == p["id"] and p["result"] for p in page.pairs), "every result sits beside its call"
+    unanswered = [(agent, i) for agent, i in page.reply_calls if i not in {p["id"] for p in page.pairs}]
+    if step == "s11_autonomous":  # carol is killed with SIGKILL in the middle of a job: her last call never returns
+        unanswered = [(agent, i) for agent, i in unanswered if agent != "carol"]
+    assert not unanswered, f"tool calls never answered: {unanswered}"
+    words = " ".join(page.texts)
+    if step == "s06_compact":
+        assert "old results cleared by micro compaction" in words and "summarised by a compaction" in words
+    if step == "s09_team":
+        assert "Mailbox traffic" in words and {p["agent"] for p in page.panels} >= {"lead", "reviewer", "builder"}
+    if step == "s11_autonomous":
+        assert {"alice", "bob", "carol"} <= {p["agent"] for p in page.panels}  # the worker processes' calls too
+
+
+@needs_browser
+def test_a_real_session_is_recorded_through_the_proxy(run_step, standin, workdir, tmp_path):
+    """With a key, --trace records through a local proxy; the upstream here is a second stand-in."""
+    standin.policy = ScriptedModel([
+        ["Let me look.", tool_use("bash", {"command": "echo traced"}), tool_use("read_file", {"path": "none.txt"})],
+        reply(["Done: bash printed traced, and none.txt does not exist."]),
+    ])
+    done = run_step("s01_agent_loop", "check it\n", args=["--trace", "real.html"])
+    assert done.returncode == 0, done.stderr
+    assert "Done: bash printed traced" in done.stdout and "[trace] 2 model calls written to real.html" in done.stdout
+    assert len(standin.requests) == 2 and standin.rejected == []  # everything reached the real endpoint
+    page = in_browser(workdir / "real.html", tmp_path)
+    assert len(page.panels) == 2
+    for panel, call in zip(page.panels, standin.calls):  # the figures are what the endpoint answered
+        usage = call["reply"]["usage"]
+        assert panel["tokens"] == {"input": usage["input_tokens"], "cache-read": usage["cache_read_input_tokens"],
+                                   "cache-write": usage["cache_creation_input_tokens"], "output": usage["output_tokens"]}
+    assert len(page.pairs) == 2 and all(p["result"] for p in page.pairs)
+    assert "traced" in " ".join(page.texts)
