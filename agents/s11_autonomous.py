@@ -584,7 +584,7 @@ class Mailbox:
             return [], offset
         data = data[:data.rfind(b"\n") + 1]  # a line without its newline is still being written
         messages = []
-        for line in data.splitlines():
+        for line in filter(bytes.strip, data.splitlines()):  # an empty line is no message, just a gap
             try:
                 message = json.loads(line)
                 if not all(isinstance(message.get(k), str) for k in ("id", "from", "kind", "content")):
@@ -730,7 +730,8 @@ def deliver_team_news(messages: list) -> None:
 
 def run_team_wait(seconds: int = 60) -> str:
     """Until a teammate's message arrives, or `seconds` pass: the lead's new mail, as this tool's result."""
-    deadline = time.monotonic() + min(seconds, TEAM_TIMEOUT)
+    seconds = min(seconds, TEAM_TIMEOUT)
+    deadline = time.monotonic() + seconds
     while not (news := take_news()) and MAILBOX.wait(LEAD, INBOX["offset"], deadline - time.monotonic()):
         pass
     return news or f"No new mail within {seconds}s."
@@ -754,18 +755,19 @@ def ask(name: str, content: str, protocol: str | None = None) -> str:
     return reply["content"]
 
 def run_team_spawn(name: str, role: str, prompt: str) -> str:
-    entry = ROSTER.add(name, role, prompt)
-    if is_running(name):
+    if is_running(name):  # before the roster changes: a running teammate keeps the prompt it has
         raise ValueError(f"{name} is already running")
+    entry = ROSTER.add(name, role, prompt)
     RUNNING[name] = Teammate(entry, MAILBOX, RUNNING[name].offset if name in RUNNING else 0)
     RUNNING[name].thread.start()
     return f"Spawned {name} ({entry['role']}); it reads {MAILBOX.path(name).relative_to(WORKDIR)}"
 
 def run_team_send(name: str, message: str, task_id=None) -> str:
+    to = running(name)  # first: a refused send must not leave the task owned by nobody who works on it
     if task_id is not None:  # an assignment: the board says whose task it is, the message says what to do
         task = BOARD.update(task_id, owner=name)
         message = f"Task #{task['id']} is yours: {task['subject']}\n{task['description']}\n{message}".strip()
-    request_id = MAILBOX.send(running(name), LEAD, message, "request")
+    request_id = MAILBOX.send(to, LEAD, message, "request")
     return f"Sent request {request_id} to {name}. Its answer will arrive with a later request of yours."
 
 def run_team_shutdown(name: str) -> str:

@@ -325,14 +325,15 @@ def test_team_wait_returns_the_news_and_times_out(team, standin):
 
 
 def test_errors_of_the_team_tools_are_results_that_say_why(team, standin):
+    team.BOARD.create("Build it")
     standin.policy = ScriptedModel([[tool_use("team_send", {"name": "ghost", "message": "hi"}),
                                      tool_use("team_review", {"name": "ghost", "plan": "p"}),
-                                     tool_use("team_send", {"name": "ghost", "message": "x", "task_id": 9})],
+                                     tool_use("team_send", {"name": "ghost", "message": "x", "task_id": 1})],
                                     ["ok"]])
     team.agent_loop([{"role": "user", "content": "go"}])
     results = latest_results(standin.requests[1])
-    assert all(r["is_error"] for r in results)
-    assert "ghost is not running" in results[0]["content"] and "NOT_FOUND" in results[2]["content"]
+    assert all(r["is_error"] and "ghost is not running" in r["content"] for r in results)
+    assert team.BOARD.get(1)["owner"] == ""  # a refused assignment leaves the board as it was
 
 
 def test_status_lines_wait_while_you_type(team, monkeypatch, capsys):
