@@ -188,8 +188,7 @@ def file_lock(path: Path):
                 windows_lock(handle, msvcrt.LK_UNLCK)
 
 def windows_lock(handle, mode: int) -> None:
-    """Byte 0 of the file. LK_LOCK gives up after ~10 s; a busy board is a reason to wait, not to fail."""
-    while True:
+    while True:  # byte 0 of the file; LK_LOCK gives up after ~10 s, and a busy board is a reason to wait
         with contextlib.suppress(OSError):
             handle.seek(0)
             return msvcrt.locking(handle.fileno(), mode, 1)
@@ -265,11 +264,10 @@ def unblocked(task: dict, tasks: dict[int, dict]) -> bool:
     return task["status"] == "pending" and all(tasks[b]["status"] == "completed" for b in task["blockedBy"])
 
 class TaskBoard:
-    """A task graph, one JSON file per task, shared safely by threads and processes. Nothing is created
-    before the first change; a change checks everything first, so a refused one leaves every file as it was."""
+    """A task graph, one JSON file per task, shared by threads and processes; a refused change writes nothing."""
 
     def __init__(self, folder: Path):
-        self.dir = Path(folder)
+        self.dir, self.seen = Path(folder), {}  # task id -> (the file's identity, the task): each file parsed once
 
     # -- reading: no lock ---------------------------------------------------------
     def path(self, task_id: int) -> Path:
@@ -278,6 +276,10 @@ class TaskBoard:
     def read(self, task_id: int) -> dict:
         path = self.path(task_id)
         try:
+            stat = path.stat()
+            identity = (stat.st_ino, stat.st_mtime_ns, stat.st_size)  # a change is a new file (os.replace)
+            if self.seen.get(task_id, (None,))[0] == identity:
+                return self.seen[task_id][1]
             task = json.loads(path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise TaskError("NOT_FOUND", f"there is no task {task_id}; call task_list to see the ids") from None
@@ -285,12 +287,12 @@ class TaskBoard:
             raise CorruptFile(path, f"cannot be read as JSON ({error})") from None
         if problem := record_problem(task, task_id):
             raise CorruptFile(path, problem)
+        self.seen[task_id] = (identity, task)
         return task
 
     def read_all(self) -> dict[int, dict]:
         """Every task, checked as a whole: an edge to nothing, or a cycle, is corruption too."""
-        names = (p.stem for p in self.dir.glob("task_*.json")) if self.dir.is_dir() else ()
-        ids = sorted(int(name[5:]) for name in names if re.fullmatch(r"task_[1-9]\d*", name))
+        ids = sorted(int(p.stem[5:]) for p in self.dir.glob("task_*.json") if re.fullmatch(r"task_[1-9]\d*", p.stem))
         board = {task_id: self.read(task_id) for task_id in ids}
         for task in board.values():
             for blocker in task["blockedBy"]:
@@ -322,17 +324,15 @@ class TaskBoard:
         return [t for t in tasks.values() if not t["owner"] and unblocked(t, tasks)]
 
     # -- changing: under the lock ----------------------------------------------------
-    @contextlib.contextmanager
     def locked(self):
-        with file_lock(self.dir / ".lock"):
-            for stale in self.dir.glob(".*.tmp"):  # a writer killed mid-write left it: under the lock none is live
-                stale.unlink(missing_ok=True)
-            yield
+        return file_lock(self.dir / ".lock")
 
     def create(self, subject: str, description: str = "", blocked_by: list | None = None) -> dict:
         fields = check_fields({"subject": subject, "description": description})
         blockers = parse_ids(blocked_by, "blocked_by")
         with self.locked():
+            for stale in self.dir.glob(".*.tmp"):  # a writer killed mid-write left it: under the lock none is live
+                stale.unlink(missing_ok=True)
             for blocker in blockers:
                 self.check_blocker(None, blocker)  # a new task has no id yet and nothing waits for it: no cycle
             last = self.dir / ".highwatermark"
@@ -465,7 +465,7 @@ TASK_TOOLS = [
 ]
 
 def run_task_list(status: str | None = None, include_deleted: bool = False) -> str:
-    check_fields({"status": status} if status is not None else {})
+    check_fields({"status": status})
     return render_board(BOARD.tasks(), status, include_deleted)
 
 TASK_TOOL_HANDLERS = {
