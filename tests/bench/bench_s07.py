@@ -118,7 +118,7 @@ def main() -> None:
             ("tasks() (read all, no lock)", timed(board.tasks, args.repeat)),
             ("ready() (no lock)", timed(board.ready, args.repeat)),
             ("get(500) (no lock)", timed(lambda: board.get(500), args.repeat)),
-            ("update: a subject", timed(lambda: board.update(500, subject="Renamed"), args.repeat)),
+            ("update: a subject", timed(lambda: board.update(500, subject=f"Renamed {time.perf_counter()}"), args.repeat)),
             ("update: pending -> in_progress", timed(lambda: board.update(12, status="in_progress"), 1)),
             ("complete a task with 10 dependents", timed(lambda: complete_and_reopen(board), args.repeat)),
             ("update: add an edge (cycle check)", timed(lambda: board.update(args.tasks, add_blocked_by=[13]), 1)),
