@@ -175,6 +175,17 @@ def test_snippets_match_script(step, lang):
     assert not stale, "snippets not found verbatim in the script:\n" + "\n---\n".join(stale)
 
 
+@pytest.mark.parametrize("readme", ["README.md", "README.zh.md"])
+def test_ci_runs_exactly_the_readmes_test_command(readme):
+    blocks = [body.strip() for lang, body in FENCE.findall((REPO / readme).read_text(encoding="utf-8")) if lang == "sh"]
+    test_command = next(block for block in blocks if block.endswith("-m pytest"))
+    run_command = next(block for block in blocks if block.endswith("agents/s01_agent_loop.py"))
+    assert (REPO / ".ci" / "run").read_text().rstrip().splitlines()[-1] == test_command
+    assert test_command.startswith("python3 -m venv") and "pip --python .venv/bin/python" in test_command, \
+        "both commands make and use a virtual environment (PEP 668 refuses the system Python)"
+    assert run_command.rsplit("&&", 1)[0] == test_command.rsplit("&&", 1)[0], "one install, two commands"
+
+
 # -- Standalone scripts -------------------------------------------------------------------
 ALLOWED_IMPORTS = set(sys.stdlib_module_names) | {"anthropic", "dotenv"}
 
