@@ -224,8 +224,7 @@ def record_problem(task, task_id: int) -> str | None:
     blocked_by = task.get("blockedBy")
     if not isinstance(blocked_by, list) or any(type(b) is not int for b in blocked_by) or task_id in blocked_by:
         return "blockedBy must be a list of other tasks' integer ids"
-    bad = [f for f in ("subject", "description", "owner", "created_at", "updated_at")
-           if not isinstance(task.get(f), str)]
+    bad = [f for f in ("subject", "description", "owner", "created_at", "updated_at") if type(task.get(f)) is not str]
     return f"{bad[0]} must be a string" if bad else None
 
 def find_cycle(blocked_by: dict[int, list[int]]) -> list[int] | None:
@@ -297,19 +296,20 @@ class TaskBoard:
 
     def tasks(self) -> list[dict]:
         """Every task, deleted ones included, with `blocks` derived from everyone's blockedBy."""
-        board = self.read_all()
+        try:
+            board = self.read_all()
+        except CorruptFile:  # or a change made while we read, file by file, half seen: look again, alone
+            with self.locked():
+                board = self.read_all()
         blocks = {task_id: [] for task_id in board}
-        for task in board.values():
+        for task in (t for t in board.values() if t["status"] != "deleted"):  # a deleted task waits for nothing
             for blocker in task["blockedBy"]:
                 blocks[blocker].append(task["id"])
         return [{**task, "blocks": blocks[task["id"]]} for task in board.values()]
 
     def get(self, task_id) -> dict:
-        task_id = parse_id(task_id)
-        found = [task for task in self.tasks() if task["id"] == task_id]
-        if not found:
-            raise TaskError("NOT_FOUND", f"there is no task {task_id}; call task_list to see the ids")
-        return found[0]
+        task = self.read(parse_id(task_id))  # NOT_FOUND for an id the board never handed out
+        return next(t for t in self.tasks() if t["id"] == task["id"])  # with its derived `blocks`
 
     def ready(self) -> list[dict]:
         """Tasks someone can start now: pending, unowned, every blocker completed."""
@@ -382,7 +382,7 @@ class TaskBoard:
         if cycle:
             raise TaskError("INVALID_DEPENDENCY", f"that would close a dependency cycle "
                                                   f"{format_cycle(cycle, task['id'])}; drop one of those edges")
-        if after["status"] in ("in_progress", "completed"):
+        if after["status"] in ("in_progress", "completed") and after["status"] != task["status"]:  # on the move only
             waiting = [f"{b['id']} ({b['status']})" for b in map(self.read, after["blockedBy"])
                        if b["status"] != "completed"]  # a failed blocker blocks too
             if waiting:

@@ -215,6 +215,7 @@ def test_offline_demo_runs_and_leaves_nothing(offline_demo, step):
     demo = offline_demo(step)
     assert demo.done.returncode == 0, demo.done.stdout[-2000:] + demo.done.stderr
     assert "OFFLINE DEMO" in demo.done.stdout and "0 rejected by the validator" in demo.done.stdout
+    assert "Unknown command" not in demo.done.stdout, "every scripted line of the demo is a real command"
     assert demo.seconds < DEMO_SECONDS.get(step, 5), f"demo took {demo.seconds:.1f}s"
     assert demo.left_behind == [], "the demo must not create files in the current folder"
     assert (AGENTS / "demos" / f"{step}.py").exists()

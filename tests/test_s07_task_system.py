@@ -155,6 +155,17 @@ def test_blocked_task_cannot_start_or_complete(board):
     assert board.get(4)["status"] == "pending"
 
 
+def test_a_started_task_stays_editable_when_a_blocker_reopens(board):
+    board.create("Design")
+    board.create("Build", blocked_by=[1])
+    board.update(1, status="completed")
+    board.update(2, status="in_progress")
+    board.update(1, status="pending")  # the design is reopened under a running build
+    assert board.update(2, subject="Build the API", owner="ann")["subject"] == "Build the API"
+    assert error_of(board.update, 2, status="completed").code == "INVALID_STATUS"  # finishing is a move
+    assert board.update(2, status="pending")["status"] == "pending"
+
+
 def test_failed_blocker_keeps_dependents_blocked_until_reopened(board):
     board.create("Fetch data")
     board.create("Analyse", blocked_by=[1])
@@ -284,6 +295,8 @@ def test_blocks_is_derived_from_blocked_by(board, tasks_dir):
     board.update(4, add_blocked_by=[3])  # stored once, on the waiting end
     assert json.loads((tasks_dir / "task_4.json").read_text())["blockedBy"] == [2, 3]
     assert "blocks" not in json.loads((tasks_dir / "task_3.json").read_text())
+    board.update(4, status="deleted")  # a deleted task waits for nothing
+    assert board.get(2)["blocks"] == [] and board.get(3)["blocks"] == []
 
 
 def test_list_is_ordered_by_id_numerically(board):
@@ -400,6 +413,33 @@ def test_eight_processes_creating_at_once_get_distinct_ids(tasks_dir):
     assert len(ids) == 400 and set(ids) == set(range(1, 401))
     assert len(list(tasks_dir.glob("task_*.json"))) == 400
     assert (tasks_dir / ".highwatermark").read_text().strip() == "400"
+
+
+def rewire(tasks_dir, rounds):
+    """Add a task, make task 1 wait for it, delete it: each step is a valid board."""
+    board = s07.TaskBoard(Path(tasks_dir))
+    for _ in range(rounds):
+        new = board.create("temporary")["id"]
+        board.update(1, add_blocked_by=[new])
+        board.update(new, status="deleted")
+
+
+def test_readers_never_see_a_change_half_made_as_corruption(board, tasks_dir):
+    """A reader goes file by file without the lock, so it can see task 1's new edge and then the
+    deleted task it points to; that is a board mid-change, not a corrupt one."""
+    board.create("Ship")
+    writer = multiprocessing.get_context("fork" if os.name == "posix" else "spawn").Process(
+        target=rewire, args=(str(tasks_dir), 100))
+    writer.start()
+    reads = 0
+    try:
+        while writer.is_alive() or reads == 0:
+            assert [t["status"] for t in board.tasks()][0] == "pending"  # raised CorruptFile before the fix
+            reads += 1
+    finally:
+        writer.join(timeout=60)
+    assert writer.exitcode == 0 and reads > 20
+    assert board.get(1)["blockedBy"] == [] and len(board.tasks()) == 101
 
 
 # --- the tools, as the model uses them ---------------------------------------------------
