@@ -635,7 +635,7 @@ def run(script_path: str, argv: list[str]) -> int:
     trace = flag_value(argv, "--trace")
     credentials = os.getenv("ANTHROPIC_API_KEY") or os.getenv("ANTHROPIC_AUTH_TOKEN")
     if credentials and "--demo" not in argv:
-        return run_traced(script_path, trace)
+        return run_traced(script_path, trace, argv)
     return run_demo(script_path, trace)
 
 
@@ -681,18 +681,21 @@ def run_demo(script_path: str, trace: str | None = None) -> int:
     return 1 if server.rejected else 0
 
 
-def run_traced(script_path: str, trace: str | None) -> int:
+def run_traced(script_path: str, trace: str | None, argv: list[str]) -> int:
     """A real session, recorded: the step talks to a local forwarding proxy that passes every request
     to the configured endpoint and keeps both sides; the page is written when the REPL ends."""
     upstream = (os.getenv("ANTHROPIC_BASE_URL") or "https://api.anthropic.com").rstrip("/")
-    script, saved_env = Path(script_path).resolve(), dict(os.environ)
+    script, saved_env, saved_argv = Path(script_path).resolve(), dict(os.environ), sys.argv
     with ForwardingProxy(upstream) as proxy:
         print(f"[trace] recording through {proxy.url} -> {upstream}; the page goes to {trace}", flush=True)
         try:
             os.environ["ANTHROPIC_BASE_URL"] = proxy.url
             namespace = runpy.run_path(str(script), run_name="traced")  # the step, pointed at the proxy
-            namespace["repl"]()
+            at = argv.index("--trace")
+            sys.argv = argv[:at] + argv[at + 2:]  # its main() as without --trace: the step's own setup and cleanup
+            namespace["main"]()
         finally:
+            sys.argv = saved_argv
             os.environ.clear()
             os.environ.update(saved_env)
             write_trace(Path(trace), proxy.calls, Path.cwd(), title=f"{script.stem} (recorded)")

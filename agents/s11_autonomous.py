@@ -15,7 +15,7 @@ stops by itself when nothing comes:
     task_create, blocked_by --> [1]--+                             or --worker processes
                                 [2]--+--> [4]  <-- claim #4 -- alice: won, lease 5 min
                                 [3]--+         <-- claim #4 -- bob:   lost #4 to alice, next
-    lead.jsonl  <-- "claimed #4", "completed #4: ...", "stopped: idle" (s09's mailbox)
+    lead.jsonl  <-- "started", "completed #4: ...", "stopped: idle"   (s09's mailbox)
 
 A claim carries a lease that a heartbeat renews while the work runs (up to TASK_CEILING), so
 a task whose worker died - kill -9 - is claimable again once its lease runs out; a worker
@@ -828,7 +828,8 @@ POLL_SECONDS = float(os.getenv("POLL_SECONDS") or 1)  # how long an idle worker 
 IDLE_TIMEOUT = float(os.getenv("IDLE_TIMEOUT") or 60)  # seconds with nothing to do before a worker stops
 WORKER_CONTEXT_LIMIT = 30_000  # estimated tokens: past this, a worker's history restarts from its identity
 WORKER_PROMPT = ("You take tasks from the shared task board and do them with your tools. Work only on the task "
-                 "you are given; the harness marks it completed when you answer with a one-line summary.")
+                 "you are given and leave its status to the harness: it completes the task when you answer "
+                 "with a one-line summary.")
 
 def moment(after: float = 0) -> str:
     """Now (or `after` seconds from now) to the microsecond: claims within one second stay ordered."""
@@ -905,7 +906,7 @@ def heartbeat(board: TaskBoard, task_id: int, owner: str):
             try:
                 if not renew(board, task_id, owner):
                     return notify(f"[{owner}] #{task_id} is no longer mine: stopped renewing it")
-            except (CorruptFile, OSError) as error:  # maybe passing: try again next beat
+            except (TaskError, CorruptFile, OSError) as error:  # maybe passing: try again next beat
                 notify(f"[{owner}] could not renew #{task_id}: {error}")
 
     thread = threading.Thread(target=beat, name=f"heartbeat-{owner}-{task_id}", daemon=True)
@@ -932,6 +933,8 @@ def hold_name(mailbox: Mailbox, name: str):
     return handle  # closing it (or dying) frees the name
 
 def name_taken(mailbox: Mailbox, name: str) -> bool:
+    if not (mailbox.root / f"{check_name(name)}.alive").exists():  # never held here: create nothing to find out
+        return False
     try:
         hold_name(mailbox, name).close()
         return False
@@ -942,7 +945,7 @@ class AutonomousAgent(Teammate):
     """A teammate that finds its own work. A --worker process runs this same class and loop."""
 
     def __init__(self, entry: dict, mailbox: Mailbox, board: TaskBoard):
-        super().__init__(entry, mailbox)
+        super().__init__(entry, mailbox, mailbox.size(entry["name"]))  # mail already there was for an earlier life
         self.board, self.role, self.done = board, entry["role"], []  # done: one line per finished piece
         self.history = self.fresh_history()
 
@@ -955,15 +958,17 @@ class AutonomousAgent(Teammate):
         return [{"role": "user", "content": [{"type": "text", "text": identity}, {"type": "text", "text": digest}]}]
 
     def run(self) -> None:
-        self.mailbox.send(LEAD, self.name, "started: I take ready tasks from the board")
-        try:
-            reason = self.work()
-        except Exception as error:  # a broken board or mailbox: say why instead of dying silently
-            reason = f"crashed: {type(error).__name__}: {error}"
-        returned = release(self.board, {self.name})  # a crash must not strand a task
-        notify(f"[{self.name}] stopped: {reason}" + (f"; gave back {returned}" if returned else ""))
-        self.mailbox.send(LEAD, self.name, f"stopped: {reason}")
-        self.alive.close()
+        reason = "interrupted (Ctrl-C)"  # what is left if a KeyboardInterrupt ends the work
+        with self.alive:  # the name is freed however this ends
+            self.mailbox.send(LEAD, self.name, "started: I take ready tasks from the board")
+            try:
+                reason = self.work()
+            except Exception as error:  # a broken board or mailbox: say why instead of dying silently
+                reason = f"crashed: {type(error).__name__}: {error}"
+            finally:  # neither a crash nor Ctrl-C may strand a task
+                returned = release(self.board, {self.name})
+                notify(f"[{self.name}] stopped: {reason}" + (f"; gave back {returned}" if returned else ""))
+                self.mailbox.send(LEAD, self.name, f"stopped: {reason}")
 
     def work(self) -> str:
         """The loop, in order: mail, then the board, then a short wait. Returns why it ended."""
@@ -1007,7 +1012,8 @@ class AutonomousAgent(Teammate):
                 close_turn(self.history, f"task #{task['id']} failed ({error!r}); it is not retried by itself")
                 status, note = "failed", f"{type(error).__name__}: {error}"
         if not finish(self.board, task["id"], self.name, status, preview(note, 300)):
-            return notify(f"[{self.name}] #{task['id']} is no longer mine (its lease ran out): result dropped")
+            return notify(f"[{self.name}] #{task['id']} is no longer mine (its lease ran out, or it was changed): "
+                          "result dropped")
         self.done.append(f"- task #{task['id']} {task['subject']}: {status}: {preview(note, 80)}")
         notify(f"[{self.name}] {status} #{task['id']}: {preview(note, 80)}")
         self.mailbox.send(LEAD, self.name, f"{status} #{task['id']} {task['subject']}: {preview(note, 200)}")
@@ -1046,13 +1052,9 @@ def run_worker(argv: list[str]) -> int:
         print(f"[worker] {error}", file=sys.stderr)
         return 2
     notify(f"[{name}] joined session {sessions[-1].name} in {WORKDIR}")
-    worker.thread.start()
     try:
-        while worker.thread.is_alive():
-            worker.thread.join(timeout=0.5)  # short joins keep Ctrl-C responsive
+        worker.run()  # in this thread, so Ctrl-C lands in the work: a running command is killed with it
     except KeyboardInterrupt:
-        worker.stopping = True
-        notify(f"[{name}] interrupted; gave back {release(BOARD, {name}) or 'nothing'} to the board")
         return 130
     return 0
 
@@ -1240,6 +1242,7 @@ def main() -> None:
             sys.exit("No ANTHROPIC_API_KEY set, and agents/offline.py (the offline demo) is not next to this script.")
         sys.exit(offline.run(__file__, sys.argv))
     try:  # s11: quitting the lead must not strand its workers' tasks
+        MAILBOX.root.mkdir(parents=True, exist_ok=True)  # s11: the session --worker processes join: this one
         repl()  # s11: quitting the lead must not strand its workers' tasks
     finally:  # s11: quitting the lead must not strand its workers' tasks
         stop_autonomous()  # s11: quitting the lead must not strand its workers' tasks

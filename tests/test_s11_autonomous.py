@@ -416,7 +416,7 @@ def test_worker_processes_share_the_board_refuse_a_twin_and_give_back_on_ctrl_c(
             return ["lead"]
         if task_prompt_id(request):
             started.set()
-            return [tool_use("bash", {"command": "sleep 30"})]  # a long job, interrupted below
+            return [tool_use("bash", {"command": "echo $$ > far.pid; sleep 30"})]  # a long job, interrupted below
         return ["pong from far"]
     standin.policy = policy
     team.MAILBOX.root.mkdir(parents=True)  # what the lead's first message does
@@ -431,15 +431,43 @@ def test_worker_processes_share_the_board_refuse_a_twin_and_give_back_on_ctrl_c(
         asked = sent.split()[2]
         assert team.MAILBOX.await_reply(team.LEAD, asked, 0, 10)[0]["content"] == "pong from far"
         team.BOARD.create("a long job")
-        assert started.wait(15) and wait_until(lambda: team.BOARD.read(1)["owner"] == "far")
+        assert started.wait(15) and wait_until(lambda: (workdir / "far.pid").exists() and team.BOARD.read(1)["owner"])
         worker.send_signal(signal.SIGINT)  # Ctrl-C in its terminal
         out, err = worker.communicate(timeout=15)
     finally:
         worker.kill()
     assert worker.returncode == 130, err
-    assert "[far] interrupted; gave back [1] to the board" in out and "[far] claimed #1 a long job" in out
+    assert "[far] stopped: interrupted (Ctrl-C); gave back [1]" in out and "[far] claimed #1 a long job" in out
     assert (team.BOARD.read(1)["status"], team.BOARD.read(1)["owner"]) == ("pending", "")
+    assert reports(team, "far")[-1] == "stopped: interrupted (Ctrl-C)"  # the lead is told, as for any stop
+    shell = int((workdir / "far.pid").read_text())  # its command died with it: given back, the task runs once
+    assert wait_until(lambda: not os.path.exists(f"/proc/{shell}") or " Z " in open(f"/proc/{shell}/stat").read())
     assert standin.rejected == []
+
+
+def test_the_lead_opens_its_session_at_start_so_workers_can_join_it_also_when_traced(run_step, workdir):
+    for args in ([], ["--trace", "lead.html"]):  # with --trace the step's own main() still runs
+        done = run_step(STEP, "q\n", args=args)
+        assert done.returncode == 0, done.stderr
+    assert len(list((workdir / ".mailbox").iterdir())) == 2 and (workdir / "lead.html").exists()
+
+
+def test_asking_who_runs_creates_nothing_and_a_bad_name_is_an_error_not_a_running_agent(team):
+    assert not team.is_running("nobody") and not team.MAILBOX.root.exists()
+    with pytest.raises(ValueError, match="invalid"):
+        team.run_team_spawn("../x", "coder", "you write code")
+
+
+def test_a_restarted_worker_starts_after_the_mail_of_its_earlier_life(team, standin, capsys):
+    """Mail reaches a name only while it runs, so what is already there was for the one before."""
+    team.MAILBOX.root.mkdir(parents=True)
+    team.MAILBOX.send("w9", team.LEAD, "please stop", "request", "shutdown")  # answered by an earlier w9
+    team.MAILBOX.send("w9", team.LEAD, "say hi", "request")
+    team.IDLE_TIMEOUT = 0.3
+    standin.policy = lambda request: ["hi"]
+    assert team.run_worker(["s11", "--worker", "w9", "--session", team.MAILBOX.root.name]) == 0
+    assert reports(team, "w9")[-1].startswith("stopped: idle")  # not "shutdown requested" at once
+    assert standin.requests == [] and "[w9] working on" not in capsys.readouterr().out
 
 
 # -- The demo: the race and the crash, on screen ----------------------------------------------------
