@@ -358,13 +358,15 @@ def _check_tool_pairing(body: dict) -> str | None:
 
 
 # -- Prompt caching: the ledger of remembered prefixes ----------------------------------
-def cache_units(body: dict) -> list[str]:
-    """The request as the API caches it: tools, then system, then every message block."""
-    units = [_compact(tool) for tool in body.get("tools") or []]
+def cache_units(body: dict) -> list[tuple[str, int]]:
+    """The request as the API caches it: tools, then system, then every message block, each as
+    (what identifies it, how many characters it weighs). A block is identified with its role but
+    weighs only its own JSON, so the units never add up to more than the request's estimate."""
+    units = [(text, len(text)) for text in map(_compact, body.get("tools") or [])]
     if body.get("system"):
-        units.append(_compact(body["system"]))
+        units.append((_compact(body["system"]), len(_compact(body["system"]))))
     for message in body["messages"]:
-        units += [_compact([message["role"], block]) for block in blocks_of(message)]
+        units += [(f"{message['role']}:{text}", len(text)) for text in map(_compact, blocks_of(message))]
     return units
 
 
@@ -381,9 +383,9 @@ class CacheLedger:
         if not isinstance(body.get("cache_control"), dict):
             return {"input_tokens": total, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
         digest, prefixes, chars = hashlib.sha256(str(body["model"]).encode()), [], 0
-        for unit in cache_units(body):
+        for unit, weight in cache_units(body):
             digest.update(unit.encode("utf-8", "replace"))
-            chars += len(unit)
+            chars += weight
             prefixes.append((digest.hexdigest(), chars // 4))
         key, upto = prefixes[-1]  # the breakpoint: the last unit
         if upto < self.min_tokens:

@@ -258,6 +258,7 @@ def cached(server, body) -> dict:
     usage = message["usage"]
     assert usage["input_tokens"] + usage["cache_read_input_tokens"] + usage["cache_creation_input_tokens"] \
         == estimate_tokens({**body, "cache_control": {"type": "ephemeral"}})  # the three always add up
+    assert min(usage[key] for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")) >= 0
     return usage
 
 
@@ -276,6 +277,21 @@ def test_cache_writes_then_reads_the_repeated_prefix(standin):
     second = cached(standin, body)
     assert second["cache_read_input_tokens"] == first["cache_creation_input_tokens"]
     assert 0 < second["cache_creation_input_tokens"] < 50  # only the two new blocks
+
+
+def test_many_small_blocks_never_outweigh_the_request(standin):
+    """Six parallel tool results in one message, and many short string turns: the cached parts
+    are weighed as they appear in the request, so no figure goes negative (one did, in a trace)."""
+    body = long_request()
+    body["messages"] = [{"role": "user", "content": "go"}, {"role": "assistant", "content": [
+        {"type": "tool_use", "id": f"toolu_{n}", "name": "bash", "input": {}} for n in range(6)]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": "ok"}
+                                     for n in range(6)]}]
+    body["tools"] = [{"name": "bash", "input_schema": {"type": "object"}}]
+    cached(standin, body)
+    for n in range(60):
+        body["messages"] += [{"role": "assistant", "content": "k"}, {"role": "user", "content": str(n)}]
+    assert cached(standin, body)["cache_read_input_tokens"] > 1024
 
 
 def test_an_edit_in_old_history_makes_the_rest_a_cache_write(standin):

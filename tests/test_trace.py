@@ -82,6 +82,7 @@ def test_every_demo_writes_a_self_contained_page(offline_demo, step):
     assert text.count('<section class="call"') == calls  # one panel per model call
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), "no network: nothing loaded from elsewhere"
     assert "<script" not in text  # plain HTML and CSS: it opens from disk anywhere
+    assert 'data-value="-' not in text, "no token figure is negative"
 
 
 @needs_browser
