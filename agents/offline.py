@@ -822,7 +822,7 @@ def agent_of(request: dict) -> str:
 
 
 def write_trace(path: Path, calls: list, workdir: Path, title: str = "") -> None:
-    """One self-contained page: a panel per model call, then the mailbox traffic, if any."""
+    """One self-contained page: a panel per model call, then the mailbox traffic and the task board, if any."""
     from html import escape
     previous: dict = {}
     panels = []
@@ -868,6 +868,14 @@ def write_trace(path: Path, calls: list, workdir: Path, title: str = "") -> None
                             f'<td>{clipped(str(m.get("content")), escape)}</td></tr>')
             except (ValueError, AttributeError, TypeError):
                 mail.append(f"<tr><td>{escape(mailbox.name)}</td><td colspan=3>(a malformed line)</td></tr>")
+    board = []  # the task board as the run left it (s07 on): who did what, and how it ended
+    for task_file in sorted(Path(workdir).glob(".tasks/task_*.json"), key=lambda p: (len(p.name), p.name)):
+        try:
+            task = json.loads(task_file.read_text(encoding="utf-8"))
+            board.append("<tr>" + "".join(f"<td>{clipped(str(task.get(key) or ''), escape)}</td>"
+                                          for key in ("id", "subject", "status", "owner", "blockedBy", "result")) + "</tr>")
+        except (ValueError, AttributeError):
+            board.append(f"<tr><td colspan=6>{escape(task_file.name)}: not a task record</td></tr>")
     totals = {k: sum(c["reply"].get("usage", {}).get(k, 0) for c in calls)
               for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")}
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>trace: {escape(title)}</title>"
@@ -878,6 +886,9 @@ def write_trace(path: Path, calls: list, workdir: Path, title: str = "") -> None
             "(earlier ones folded), and the reply.</header><main>" + "".join(panels)
             + (f"<h2>Mailbox traffic</h2><table class='mail'><tr><th>mailbox</th><th>from -&gt; to</th>"
                f"<th>kind</th><th>content</th></tr>{''.join(mail)}</table>" if mail else "")
+            + (f"<h2>The task board at the end</h2><table class='mail board'><tr><th>id</th><th>subject</th>"
+               f"<th>status</th><th>owner</th><th>blocked by</th><th>result</th></tr>{''.join(board)}</table>"
+               if board else "")
             + "</main></body></html>")
     path.write_text(page, encoding="utf-8")
 

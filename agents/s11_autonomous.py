@@ -1003,8 +1003,9 @@ class AutonomousAgent(Teammate):
         if len(json.dumps(self.history)) / 4 > WORKER_CONTEXT_LIMIT:  # at a task boundary: restart from who I am
             self.history = self.fresh_history()
         waiting = ", ".join(f"#{b}" for b in task["blocks"]) or "no other task"
+        before = f" {previous} had it and stopped renewing its lease: check what is done already." if previous else ""
         add_user_text(self.history, f"Task #{task['id']}: {task['subject']}\n{task['description']}\nFinishing it "
-                                    f"unblocks {waiting}. Do it with your tools, then answer in one line.")
+                                    f"unblocks {waiting}.{before} Do it with your tools, then answer in one line.")
         with heartbeat(self.board, task["id"], self.name):
             try:
                 status, note = "completed", teammate_turn(self.history, self.system)

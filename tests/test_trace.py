@@ -104,6 +104,8 @@ def test_a_browser_reads_the_demo_pages(offline_demo, tmp_path, step):
         assert "Mailbox traffic" in words and {p["agent"] for p in page.panels} >= {"lead", "reviewer", "builder"}
     if step == "s11_autonomous":
         assert {"alice", "bob", "carol"} <= {p["agent"] for p in page.panels}  # the worker processes' calls too
+        assert "carol had it and stopped renewing its lease" in words  # the takeover, as the taker's model saw it
+        assert "The task board at the end" in words and words.count("completed") >= 6
 
 
 @needs_browser
