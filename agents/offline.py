@@ -832,7 +832,8 @@ def write_trace(path: Path, calls: list, workdir: Path, title: str = "") -> None
         before = previous.get(agent, [])
         shared = next((i for i, (a, b) in enumerate(zip(before, messages)) if a != b), min(len(before), len(messages)))
         previous[agent] = messages
-        changes = [f"{len(messages) - shared} new message(s) since {agent}'s previous call"] if before else \
+        fresh = "new" if shared == len(before) else "new or changed"  # after an edit, all that follows it is resent
+        changes = [f"{len(messages) - shared} {fresh} message(s) since {agent}'s previous call"] if before else \
             [f"{agent}'s first call: {len(messages)} message(s)"]
         if before and shared < len(before):
             edited = json.dumps(messages[shared:])
