@@ -81,7 +81,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Callable
@@ -735,7 +735,7 @@ class ForwardingProxy:
                         self.send_header(key, value)
                 self.send_header("Transfer-Encoding", "chunked")
                 self.end_headers()
-                events, body = [], b""
+                body = b""
                 while chunk := answer.read1(65536) if hasattr(answer, "read1") else answer.read(65536):
                     body += chunk
                     self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")

@@ -489,7 +489,6 @@ def show_tasks(arg: str, history: list) -> None:
 # append-only JSONL mailbox per agent), how a request finds its answer (an id and a
 # reply_to), and one loop per teammate that reads its mailbox. The board is s07's.
 import secrets
-import threading
 import time
 
 AGENT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")

@@ -11,6 +11,7 @@ config folder points into a temp folder.
 """
 
 import importlib.util
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -38,6 +39,22 @@ def wait_until(condition, timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.01)
     return condition()
+
+
+PROCESSES = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")  # for races between processes
+
+
+def run_processes(target, args_for, count: int = 8) -> list:
+    """Start `count` processes of target(*args_for(n), results) at once; return what each put in results."""
+    results = PROCESSES.Queue()
+    procs = [PROCESSES.Process(target=target, args=(*args_for(n), results)) for n in range(count)]
+    for proc in procs:
+        proc.start()
+    collected = [results.get(timeout=60) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=30)
+        assert proc.exitcode == 0
+    return collected
 
 
 @pytest.fixture(autouse=True)

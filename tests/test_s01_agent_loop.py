@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import AGENTS, wait_until
+from conftest import AGENTS
 from offline import ScriptedModel, latest_results, reply, tool_use
 
 STEP = "s01_agent_loop"

@@ -7,14 +7,13 @@ the local stand-in; one end-to-end test runs the script as a subprocess, twice.
 
 import importlib.util
 import json
-import multiprocessing
 import os
 import threading
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS
+from conftest import AGENTS, PROCESSES, run_processes
 
 from offline import ScriptedModel, latest_results, tool_use
 
@@ -395,19 +394,6 @@ def create_many(tasks_dir, worker, count, results):
     results.put([board.create(f"worker {worker} task {n}")["id"] for n in range(count)])
 
 
-def run_processes(target, args_for) -> list:
-    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    results = context.Queue()
-    procs = [context.Process(target=target, args=(*args_for(n), results)) for n in range(8)]
-    for proc in procs:
-        proc.start()
-    collected = [results.get(timeout=60) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=30)
-        assert proc.exitcode == 0
-    return collected
-
-
 def test_eight_processes_creating_at_once_get_distinct_ids(tasks_dir):
     ids = [i for batch in run_processes(create_many, lambda n: (str(tasks_dir), n, 50)) for i in batch]
     assert len(ids) == 400 and set(ids) == set(range(1, 401))
@@ -428,8 +414,7 @@ def test_readers_never_see_a_change_half_made_as_corruption(board, tasks_dir):
     """A reader goes file by file without the lock, so it can see task 1's new edge and then the
     deleted task it points to; that is a board mid-change, not a corrupt one."""
     board.create("Ship")
-    writer = multiprocessing.get_context("fork" if os.name == "posix" else "spawn").Process(
-        target=rewire, args=(str(tasks_dir), 100))
+    writer = PROCESSES.Process(target=rewire, args=(str(tasks_dir), 100))
     writer.start()
     reads = 0
     try:

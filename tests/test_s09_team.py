@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from conftest import AGENTS, wait_until
-from offline import ScriptedModel, last_user_text, latest_results, result_text, system_text, tool_use
+from conftest import AGENTS
+from offline import ScriptedModel, last_user_text, latest_results, system_text, tool_use
 
 STEP = "s09_team"
 

@@ -16,11 +16,10 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from conftest import AGENTS, step_env, wait_until
+from conftest import AGENTS, run_processes, step_env, wait_until
 
 from offline import ScriptedModel, last_user_text, latest_results, steps_since_prompt, system_text, tool_use
 
@@ -167,14 +166,7 @@ def claim_all(team, worker, results):
 def test_eight_processes_claiming_at_once_claim_each_task_exactly_once(team):
     for n in range(200):
         team.BOARD.create(f"job {n}")
-    results = FORK.Queue()
-    procs = [FORK.Process(target=claim_all, args=(team, n, results)) for n in range(8)]
-    for proc in procs:
-        proc.start()
-    outcome = [results.get(timeout=60) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=30)
-        assert proc.exitcode == 0
+    outcome = run_processes(claim_all, lambda n: (team, n))  # forked: each process starts with this module
     claims = [(owner, task_id) for owner, won in outcome for task_id in won]
     assert sorted(task_id for _, task_id in claims) == list(range(1, 201))
     owners = {t["id"]: t["owner"] for t in team.BOARD.tasks()}
@@ -220,7 +212,7 @@ def test_shutdown_while_working_finishes_the_task_then_reads_mail_first(team, st
         return ["done"]
     standin.policy = policy
     team.BOARD.create("long job")
-    worker = spawn(team, "w1")
+    spawn(team, "w1")
     assert entered.wait(10) and team.BOARD.read(1)["owner"] == "w1"
     team.BOARD.create("next job")  # claimable now, but the mail comes first
     answer = []

@@ -13,7 +13,6 @@ import multiprocessing
 import os
 import platform
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
