@@ -108,14 +108,52 @@ def tool_use(name: str, tool_input: dict | None = None) -> dict:
 
 @dataclass
 class Reply:
-    """A turn with an explicit stop reason (see the header); plain lists derive theirs."""
+    """A turn with an explicit stop reason (see the header); plain lists derive theirs.
+    `wire` names a quirk of how the reply is sent (see QUIRKS): "no_stop", "null_usage", "no_usage"."""
     content: list
     stop_reason: str | None = None
     stop_details: dict | None = None
+    wire: str | None = None
 
 
 def reply(content: list, stop_reason: str | None = None, stop_details: dict | None = None) -> Reply:
     return Reply(list(content), stop_reason, stop_details)
+
+
+# -- The quirks real endpoints send ------------------------------------------------------
+# Replies that real models and Anthropic-compatible endpoints are known to send, which a naive
+# harness stores as they are - and then every later request is rejected. Each entry takes the
+# tool call the policy meant (`tool_use(...)`) and returns the reply as such an endpoint sends it,
+# streamed or not. Tool blocks that carry an "id" are sent exactly as given.
+def _raw_call(call: dict, **changes) -> dict:
+    block = {"type": "tool_use", "id": _next_id("toolu"), "name": call["name"], "input": call["input"]}
+    block.update(changes)
+    return {k: v for k, v in block.items() if v is not _MISSING}
+
+
+_MISSING = object()
+QUIRKS: dict[str, Callable[[dict], Reply]] = {
+    "whitespace_text": lambda call: Reply(["\n\n", _raw_call(call)]),  # text before a call
+    "whitespace_only": lambda call: Reply([" "], "end_turn"),  # nothing but a blank
+    "empty_text": lambda call: Reply(["", _raw_call(call)]),
+    "duplicate_ids": lambda call: Reply([_raw_call(call, id="call_0"), _raw_call(call, id="call_0")]),
+    "reused_id": lambda call: Reply([_raw_call(call, id="call_0")]),  # every turn counts from 0
+    "odd_id": lambda call: Reply([_raw_call(call, id="functions.bash:0")]),
+    "string_input": lambda call: Reply([_raw_call(call, input=json.dumps(call["input"]))]),
+    "list_input": lambda call: Reply([_raw_call(call, input=list(call["input"].values()))]),
+    "null_input": lambda call: Reply([_raw_call(call, input=None)]),
+    "missing_name": lambda call: Reply([_raw_call(call, name=_MISSING)]),
+    "empty_name": lambda call: Reply([_raw_call(call, name="")]),
+    "tool_use_without_call": lambda call: Reply(["Let me check."], "tool_use"),
+    "call_under_end_turn": lambda call: Reply([_raw_call(call)], "end_turn"),
+    "unknown_stop_reason": lambda call: Reply([_raw_call(call)], "something_new"),
+    "no_stop": lambda call: Reply([_raw_call(call)], wire="no_stop"),  # ends before message_delta
+    "null_usage": lambda call: Reply([_raw_call(call)], wire="null_usage"),
+    "no_usage": lambda call: Reply([_raw_call(call)], wire="no_usage"),
+    "unknown_block": lambda call: Reply([{"type": "server_tool_use", "id": "srvtoolu_1",
+                                          "name": "web_search", "input": {"query": "x"}},
+                                         _raw_call(call)]),
+}
 
 
 def estimate_tokens(body: dict) -> int:
@@ -135,18 +173,24 @@ def make_message(body: dict, turn, usage: dict | None = None) -> dict:
     for block in turn.content:
         if isinstance(block, str):
             block = {"type": "text", "text": block}
-        if block["type"] == "tool_use":
-            block = {"type": "tool_use", "id": block.get("id") or _next_id("toolu"),
+        if block["type"] == "tool_use" and "id" not in block:  # a block with an id is sent as given
+            block = {"type": "tool_use", "id": _next_id("toolu"),
                      "name": block["name"], "input": block.get("input", {})}
         content.append(block)
     stop = turn.stop_reason or ("tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn")
     message = {
         "id": _next_id("msg"), "type": "message", "role": "assistant",
         "model": body.get("model", ""), "content": content,
-        "stop_reason": stop, "stop_sequence": None,
+        "stop_reason": None if turn.wire == "no_stop" else stop, "stop_sequence": None,
         "usage": {**(usage or {"input_tokens": estimate_tokens(body)}),
                   "output_tokens": math.ceil(len(json.dumps(content)) / 4) or 1},
     }
+    if turn.wire == "null_usage":
+        message["usage"] = dict.fromkeys(message["usage"])
+    if turn.wire == "no_usage":
+        del message["usage"]
+    if turn.wire == "no_stop":
+        message["wire"] = "no_stop"  # sse_events stops after the last block; dropped from plain JSON
     if turn.stop_details:
         message["stop_details"] = turn.stop_details
     return message
@@ -299,19 +343,37 @@ def _check_content(where: str, message: dict) -> str | None:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind not in allowed:
             return f"{where}.content.{j}: block type {kind!r} is not allowed in a {message['role']} message"
+        if kind == "text" and block.get("text") == "":
+            return f"{where}.content.{j}.text: text content blocks must be non-empty"
         if kind == "text" and (not isinstance(block.get("text"), str) or not block["text"].strip()):
             return f"{where}.content.{j}.text: text content blocks must contain non-whitespace text"
-        if kind == "tool_use" and not (isinstance(block.get("id"), str) and isinstance(block.get("input"), dict)
-                                       and isinstance(block.get("name"), str)):
-            return f"{where}.content.{j}: tool_use needs a string id, a name and an object input"
+        if kind == "tool_use":
+            error = _check_tool_use(f"{where}.content.{j}", block)
+            if error:
+                return error
         if kind == "tool_result" and not isinstance(block.get("tool_use_id"), str):
             return f"{where}.content.{j}.tool_use_id: Field required"
+        if kind == "tool_result" and block.get("is_error") and not result_text(block).strip():
+            return f"{where}.content.{j}.content: an error tool_result must have non-empty content"
         if kind == "tool_result":
             inner = block.get("content", "")
             if not isinstance(inner, (str, list)) or isinstance(inner, list) and any(
                     not isinstance(b, dict) or b.get("type") not in ("text", "image", "document")
                     or b["type"] == "text" and not str(b.get("text", "")).strip() for b in inner):
                 return f"{where}.content.{j}.content: must be a string or a list of blocks (non-empty text, images)"
+    return None
+
+
+TOOL_USE_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+
+
+def _check_tool_use(where: str, block: dict) -> str | None:
+    if not isinstance(block.get("id"), str) or not TOOL_USE_ID.match(block["id"]):
+        return f"{where}.id: String should match pattern '^[a-zA-Z0-9_-]+$'"
+    if not isinstance(block.get("name"), str) or not block["name"]:
+        return f"{where}.name: Field required (a non-empty string)"
+    if not isinstance(block.get("input"), dict):
+        return f"{where}.input: Input should be a valid dictionary"
     return None
 
 
@@ -456,7 +518,8 @@ class StandIn:
                 if status == 200 and isinstance(reply, dict) and reply.get("type") == "message" \
                         and stand_in.requests[-1].get("stream"):
                     return self.stream(reply, fault)
-                self.send(status, json.dumps(reply).encode(), "application/json")
+                plain = {k: v for k, v in reply.items() if k != "wire"} if isinstance(reply, dict) else reply
+                self.send(status, json.dumps(plain).encode(), "application/json")
 
             def send(self, status: int, data: bytes, kind: str) -> None:
                 self.send_response(status)
@@ -562,29 +625,37 @@ def _error(status: int, message: str) -> tuple[int, dict]:
 
 def sse_events(message: dict):
     """The server-sent events that stream `message`, in the API's order."""
-    usage = message["usage"]
+    usage = message.get("usage")
+    start_usage = None if usage is None else {**usage, "output_tokens": usage["output_tokens"] and 1}
     yield "message_start", {"type": "message_start", "message": {
-        **message, "content": [], "stop_reason": None, "stop_details": None,
-        "usage": {**usage, "output_tokens": 1}}}
+        **{k: v for k, v in message.items() if k != "wire"}, "content": [], "stop_reason": None,
+        "stop_details": None, **({} if usage is None else {"usage": start_usage})}}
     yield "ping", {"type": "ping"}
     for index, block in enumerate(message["content"]):
         if block["type"] == "tool_use":
             start, text, delta = {**block, "input": {}}, _compact(block["input"]), "input_json_delta"
             cut = message["stop_reason"] == "max_tokens" and index == len(message["content"]) - 1
             text = text[:len(text) // 2] if cut else text  # cut off in the middle of its input
+            pieces = [text] if not isinstance(block["input"], dict) else None  # relayed whole
+        elif block["type"] != "text":  # a block type this harness may not know: sent whole
+            start, text, delta, pieces = block, "", None, []
         else:
             start, text, delta = {"type": "text", "text": ""}, block["text"], "text_delta"
+            pieces = None
         yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": start}
-        for at in range(0, len(text), STREAM_PIECE):
-            piece = text[at:at + STREAM_PIECE]
+        if pieces is None:
+            pieces = [text[at:at + STREAM_PIECE] for at in range(0, len(text), STREAM_PIECE)]
+        for piece in pieces:
             payload = {"type": delta, "partial_json": piece} if delta == "input_json_delta" else \
                 {"type": delta, "text": piece}
             yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": payload}
         yield "content_block_stop", {"type": "content_block_stop", "index": index}
+    if message.get("wire") == "no_stop":
+        return  # the stream ends cleanly, but before it says why the message stopped
     yield "message_delta", {"type": "message_delta",
                             "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None,
                                       "stop_details": message.get("stop_details")},
-                            "usage": {"output_tokens": usage["output_tokens"]}}
+                            "usage": {"output_tokens": (usage or {}).get("output_tokens")}}
     yield "message_stop", {"type": "message_stop"}
 
 

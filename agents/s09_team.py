@@ -30,6 +30,7 @@ Run:  python agents/s09_team.py  [--demo]  [--trace run.html]    In the REPL: /t
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -70,14 +71,17 @@ def safe_path(relative: str) -> Path:
 
 def write_atomic(path: Path, text: str) -> None:
     """Write a temp file, then rename it over the target: a failure leaves the old file as it was."""
+    if path.is_dir():  # the workspace itself, or a folder: refused before anything is written
+        raise IsADirectoryError(f"{path.name or path} is a folder, not a file")
     mode = path.stat().st_mode if path.exists() else None  # a rewritten file keeps its mode
     if mode is not None and not mode & 0o222:  # nobody may write it: someone made it read-only on purpose
         raise PermissionError(f"{path.name} is read-only; it was left unchanged")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
     try:
-        with open(tmp, "xb", buffering=0) as file:  # a fresh file of our own; the umask sets a new file's mode
+        with open(tmp, "xb") as file:  # a fresh file of our own; the umask sets a new file's mode
             file.write(text.encode("utf-8"))  # a string that cannot be stored fails here: the target is untouched
+            file.flush()  # buffered: every byte is written or this raises (a full disk, a size limit)
             os.fsync(file.fileno())  # on disk before the rename, so a crash cannot leave an empty file
         if mode is not None:
             os.chmod(tmp, mode)
@@ -95,13 +99,12 @@ def run_bash(command: str) -> str:
                 kept.extend(chunk[:OUTPUT_LIMIT - len(kept)])
                 total[0] += len(chunk)
     reader, timed_out = threading.Thread(target=drain, daemon=True), ""
-    process = subprocess.Popen(command, shell=True, cwd=WORKDIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, start_new_session=True)  # a group of its own: killable whole
+    process = start_shell(command)
     try:
         reader.start()
         process.wait(timeout=BASH_TIMEOUT)
     except (subprocess.TimeoutExpired, KeyboardInterrupt) as stop:  # neither may leave the command running
-        os.killpg(process.pid, signal.SIGKILL) if os.name == "posix" else process.kill()  # its children too
+        kill_group(process)
         if isinstance(stop, KeyboardInterrupt):
             raise
         timed_out = f": killed after the {BASH_TIMEOUT}s timeout"
@@ -114,6 +117,33 @@ def run_bash(command: str) -> str:
         output += "\n[stopped reading: a background process still holds the output open]"
     code = process.wait()
     return output + (f"\n[exit code {code}{timed_out}]" if code else "")  # after the cut, so it always survives
+
+def start_shell(command: str) -> subprocess.Popen:
+    """Popen with Ctrl-C held until it returns: an interrupt inside Popen would leave the command
+    running with no handle to kill it by. Only the main thread ever receives Ctrl-C."""
+    def popen() -> subprocess.Popen:
+        return subprocess.Popen(command, shell=True, cwd=WORKDIR, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # a group of its own: killable whole
+    if threading.current_thread() is not threading.main_thread():
+        return popen()
+    held = []
+    previous = signal.signal(signal.SIGINT, lambda *_: held.append(True))
+    try:
+        process = popen()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:  # the Ctrl-C came while it started: it is ours now, so it can be stopped
+        kill_group(process)
+        raise KeyboardInterrupt
+    return process
+
+def kill_group(process: subprocess.Popen) -> None:
+    """Kill the shell and everything it started."""
+    if os.name == "posix":
+        os.killpg(process.pid, signal.SIGKILL)
+    else:
+        process.kill()
 
 def run_read(path: str, limit: int | None = None) -> str:
     if limit is not None and limit < 1:
@@ -635,17 +665,25 @@ TEAMMATE_TOOLS = ("bash", "read_file", "write_file", "edit_file",  # leading the
                   "task_create", "task_update", "task_get", "task_list")
 
 def teammate_turn(history: list, system: str) -> str:
-    """agent_loop for a teammate: its own prompt and history, the base and task tools, nothing printed."""
+    """agent_loop for a teammate: its own prompt, history and tools, nothing printed but notes.
+    A turn that ends without an answer (refused, empty, cut off) raises: nobody takes it for one."""
     tools = [tool for tool in TOOLS if tool["name"] in TEAMMATE_TOOLS]
     while True:
         reply = call_model(history, system=system, tools=tools, echo=False)
-        note = add_reply(history, reply)
-        if reply.stop_reason != "tool_use":
-            return "\n".join(b.text for b in reply.content if b.type == "text").strip() or f"({note or 'no text'})"
-        history.append({"role": "user", "content": [  # its own tools only, whatever it asks for
-            run_tool(b) if b.name in TEAMMATE_TOOLS else {"type": "tool_result", "tool_use_id": b.id, "is_error": True,
-                                                          "content": f"Unknown tool {b.name!r} for a teammate"}
-            for b in reply.content if b.type == "tool_use"]})
+        calls = add_reply(history, reply, say=notify)
+        if not calls:
+            break
+        history.append({"role": "user", "content": [
+            run_tool(call, malformed or not_for_teammates(call)) for call, malformed in calls]})
+    if reply.stop_reason in STOP_NOTES or history[-1]["role"] != "assistant":
+        raise RuntimeError(f"no answer: {STOP_NOTES.get(reply.stop_reason, STOP_NOTES['empty'])}")
+    return "\n".join(b["text"] for b in history[-1]["content"] if b["type"] == "text") or "(no text)"
+
+def not_for_teammates(call: dict) -> str | None:
+    """Its own tools only, whatever it asks for."""
+    if call["name"] not in TEAMMATE_TOOLS:
+        return f"Unknown tool {call['name']!r} for a teammate"
+    return None
 
 class Teammate:
     """A spawned teammate: a thread that answers the requests in its mailbox, one at a time."""
@@ -847,17 +885,19 @@ def check_args(name: str, args: dict) -> None:
         if expected in JSON_TYPES and type(value) not in JSON_TYPES[expected]:
             raise ValueError(f"argument {key!r} must be of type {expected}, got {type(value).__name__}")
 
-def run_tool(block) -> dict:
-    """Run one tool_use block; always return exactly one tool_result, errors included."""
-    result = {"type": "tool_result", "tool_use_id": block.id}
-    args = block.input if isinstance(block.input, dict) else {}
+def run_tool(call: dict, malformed: str | None = None) -> dict:
+    """Run one tool call as stored in the history; always return exactly one tool_result."""
+    result = {"type": "tool_result", "tool_use_id": call["id"]}
     try:
-        if block.name not in TOOL_HANDLERS:
-            raise ValueError(f"Unknown tool {block.name!r}. Available: {sorted(TOOL_HANDLERS)}")
-        check_args(block.name, args)
-        result["content"] = TOOL_HANDLERS[block.name](**args)  # the schema's names are the handler's parameters
-    except Exception as error:  # any failure becomes a result the model can read
-        result.update(is_error=True, content=f"Error: {error}")
+        if malformed:  # found by repair_call: the call is answered, not run
+            raise ValueError(malformed)
+        if call["name"] not in TOOL_HANDLERS:
+            raise ValueError(f"Unknown tool {call['name']!r}. Available: {sorted(TOOL_HANDLERS)}")
+        check_args(call["name"], call["input"])
+        output = TOOL_HANDLERS[call["name"]](**call["input"])  # the schema's names are its parameters
+        result["content"] = output or "(no output)"
+    except Exception as error:  # any failure becomes a result the model can read, never an empty one
+        result.update(is_error=True, content=f"Error: {str(error) or type(error).__name__}")
     return result
 
 def preview(value, width: int = 200) -> str:
@@ -870,20 +910,22 @@ def agent_loop(messages: list) -> None:
     """Call the model, run the tools it asks for, repeat until it stops asking."""
     while True:
         deliver_team_news(messages)  # s09: teammates' answers join the next request
-        reply = call_model(messages)
-        if note := add_reply(messages, reply):  # the turn ended early: say why
-            print(f"[{note}]")
-        if reply.stop_reason != "tool_use":
+        calls = add_reply(messages, call_model(messages))
+        if not calls:  # decided by what the reply holds, not by its stop_reason
             return
-        calls, results = [b for b in reply.content if b.type == "tool_use"], []
-        try:
-            for block in calls:
-                results.append(run_tool(block))
-                print(f"  {'ERROR ' if results[-1].get('is_error') else ''}{preview(results[-1]['content'])}")
-        finally:  # on Ctrl-C the calls that finished keep their results; only the rest are "interrupted"
-            messages.append({"role": "user", "content": results + [
-                {"type": "tool_result", "tool_use_id": b.id, "content": "interrupted by the user", "is_error": True}
-                for b in calls[len(results):]]})
+        run_calls(messages, calls)
+
+def run_calls(messages: list, calls: list) -> None:
+    """Answer every call in one user turn; on Ctrl-C the finished ones keep their results."""
+    results = []
+    try:
+        for call, malformed in calls:
+            results.append(run_tool(call, malformed))
+            print(f"  {'ERROR ' if results[-1].get('is_error') else ''}{preview(results[-1]['content'])}")
+    finally:  # only the calls that did not run are "interrupted"
+        messages.append({"role": "user", "content": results + [
+            {"type": "tool_result", "tool_use_id": call["id"], "content": "interrupted by the user",
+             "is_error": True} for call, _ in calls[len(results):]]})
 
 def call_model(messages: list, system: str = SYSTEM, tools: list = TOOLS, model: str = MODEL, echo: bool = True):
     """One streamed call: text is shown as it arrives, each tool call once its block is complete."""
@@ -895,7 +937,10 @@ def call_model(messages: list, system: str = SYSTEM, tools: list = TOOLS, model:
                     print(event.text, end="", flush=True)
                 elif event.type == "content_block_stop":  # a text block ends its line; a tool call shows whole
                     block = event.content_block
-                    print(f"> {block.name}: {preview(block.input, 120)}" if block.type == "tool_use" else "")
+                    if block.type == "tool_use":
+                        print(f"> {getattr(block, 'name', None)}: {preview(block.input, 120)}")
+                    else:
+                        print()
             return stream.get_final_message()
     except Exception as error:  # a stream cut short, or a 200 that is no reply (a broken "compatible" endpoint)
         raise error if isinstance(error, APIError) else APIError(f"not a valid reply: {error!r}", None, body=None)
@@ -908,17 +953,79 @@ STOP_NOTES = {  # the documented stop reasons that end a turn early, as the REPL
     "empty": "the model sent an empty reply; tell it how to go on",
 }
 
-def add_reply(messages: list, reply) -> str | None:
-    """Append the reply so the history stays valid; return why the turn ended early, if it did."""
-    content = json.loads(json.dumps([block.model_dump(exclude_none=True) for block in reply.content],
-                                    ensure_ascii=False).encode("utf-8", "replace"))  # lone surrogates become ?
-    refused = reply.stop_reason == "refusal"
-    if content and not refused:  # an empty reply in the history would make every later request invalid
-        messages.append({"role": "assistant", "content": content})
-    note = STOP_NOTES.get(reply.stop_reason if content or refused else "empty")
-    if note and (content or refused):
-        close_turn(messages, note)  # unfinished tool calls are answered; a refused request is marked
-    return note
+CUT_OFF = ("max_tokens", "model_context_window_exceeded")  # a tool call may be unfinished: not run
+
+def add_reply(messages: list, reply, say=print) -> list:
+    """The one door into a history: store a repaired copy of the reply, say why a turn ended
+    early, and return the tool calls to run as (call, malformed) pairs."""
+    content, repairs = repair_reply(reply.content, messages)
+    if repairs:
+        say(f"[repaired the reply: {'; '.join(repairs)}]")
+    if reply.stop_reason == "refusal" or not content:  # stored, either would poison every request
+        note = STOP_NOTES["refusal" if reply.stop_reason == "refusal" else "empty"]
+        if reply.stop_reason == "refusal":
+            close_turn(messages, note)  # the refused request is marked, so it is not redone
+        say(f"[{note}]")
+        return []
+    messages.append({"role": "assistant", "content": [block for block, _ in content]})
+    if note := STOP_NOTES.get(reply.stop_reason):
+        say(f"[{note}]")
+    if reply.stop_reason in CUT_OFF:
+        close_turn(messages, note)  # a call cut off mid-input is answered, never run
+        return []
+    return [(block, malformed) for block, malformed in content if block["type"] == "tool_use"]
+
+def repair_reply(blocks: list, messages: list) -> tuple[list, list]:
+    """What real endpoints send, made valid: ([(block, malformed or None)], what was repaired)."""
+    taken = {b["id"] for m in messages if m["role"] == "assistant" for b in m["content"]
+             if isinstance(b, dict) and b.get("type") == "tool_use"}
+    content, repairs = [], []
+    for block in blocks:
+        if block.type == "text" and block.text.strip():
+            content.append(({"type": "text", "text": sendable(block.text)}, None))
+        elif block.type == "tool_use":
+            content.append(repair_call(block, taken, repairs))
+        elif block.type == "text":
+            repairs.append("dropped an empty text block")
+        else:
+            repairs.append(f"left out a {block.type!r} block (a type this harness does not know)")
+    return content, repairs
+
+def repair_call(block, taken: set, repairs: list) -> tuple[dict, str | None]:
+    """A valid tool_use for the history, and why it must not run (None when it may)."""
+    call_id = unique_id(getattr(block, "id", None), taken)
+    if call_id != getattr(block, "id", None):
+        repairs.append(f"tool id {getattr(block, 'id', None)!r} -> {call_id!r}")
+    name, args = getattr(block, "name", None), getattr(block, "input", None)
+    if isinstance(args, str) and args.strip().startswith("{"):  # some endpoints send the JSON as text
+        try:
+            args = json.loads(args)
+            repairs.append(f"parsed the input of {call_id} from a string")
+        except ValueError:
+            pass
+    malformed = None
+    if not isinstance(name, str) or not name or not isinstance(args, dict):
+        malformed = (f"malformed call, not run: a tool call needs a name and an object input; "
+                     f"received name={name!r}, input={preview(args, 100)}")
+        repairs.append(f"malformed call {call_id} answered with an error")
+    call = {"type": "tool_use", "id": call_id, "name": sendable(name) if isinstance(name, str) and name
+            else "missing_name", "input": sendable(args) if malformed is None else {}}
+    return call, malformed
+
+def unique_id(raw, taken: set) -> str:
+    """An id the API accepts (^[a-zA-Z0-9_-]+$), unique in the history: the first keeps its id."""
+    base = re.sub(r"[^a-zA-Z0-9_-]", "_", raw if isinstance(raw, str) else "") or "call"
+    call_id = base
+    suffix = 1
+    while call_id in taken:
+        suffix += 1
+        call_id = f"{base}_{suffix}"
+    taken.add(call_id)
+    return call_id
+
+def sendable(value):
+    """The value with lone surrogates replaced by "?": valid JSON in Python, not valid UTF-8 to send."""
+    return json.loads(json.dumps(value, ensure_ascii=False).encode("utf-8", "replace"))
 
 def close_turn(messages: list, reason: str) -> None:
     """After anything: answer every open tool_use; mark a request that got no reply, so it is not redone."""

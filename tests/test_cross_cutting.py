@@ -24,8 +24,9 @@ from conftest import AGENTS, REPO, STEPS
 SPINE = "s01_agent_loop"
 MARK = re.compile(r"#\s*s\d\d:\s*\S")
 DEMO_SECONDS = {"s11_autonomous": 20}  # every other step: 5 s
-BUDGETS = {"s01_agent_loop": 300, "s03_todo": 450, "s06_compact": 600, "s07_task_system": 650,
-           "s09_team": 1050, "s11_autonomous": 1350}  # lines of the whole file (issue: the ladder)
+BUDGETS = {"s01_agent_loop": 400, "s03_todo": 550, "s06_compact": 700, "s07_task_system": 750,
+           "s09_team": 1100, "s11_autonomous": 1400}  # lines of the whole file, until code-token
+# budgets replace them (the readability redesign: s01 the minimal loop, s02 the real world)
 MAX_GROWTH = 400  # lines a step may add over its base
 
 
@@ -60,7 +61,9 @@ def unmarked_changes(base: list, step: list, free: set = frozenset()) -> list:
         if op == "equal":
             continue
         new = [j for j in range(b1, b2) if j not in free]
-        problems += [f"line {j + 1} changed without a mark: {step[j].strip()}" for j in new if not MARK.search(step[j])]
+        firsts = [j for j in new if j - 1 not in new]  # one mark per run of changed lines, on its first
+        problems += [f"line {j + 1} changed without a mark: {step[j].strip()}" for j in firsts
+                     if not MARK.search(step[j])]
         base_docstring = set(range(*_docstring_span(base)))
         gone = [base[i] for i in range(a1, a2) if i not in base_docstring]
         if op == "delete" or (op == "replace" and gone and not any(MARK.search(step[j]) for j in range(b1, b2))):
@@ -103,6 +106,8 @@ def test_base_identity_check_can_fail():
     assert unmarked_changes(base, ["def f():"]) != []
     assert unmarked_changes(base, ["def f():", "    x = 1", "    return 1"]) != []
     assert unmarked_changes(base, ["def f():", "    x = 1", "    return 1"], free={1}) == []
+    assert unmarked_changes(base, ["def f():", "    x = 1  # s03: why", "    return 2"]) == []  # one run
+    assert unmarked_changes(base, ["def f():", "    x = 1", "    return 2  # s03: why"]) != []
 
 
 @pytest.mark.parametrize("step", STEPS)

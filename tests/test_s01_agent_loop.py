@@ -11,7 +11,7 @@ import time
 import pytest
 
 from conftest import AGENTS
-from offline import ScriptedModel, latest_results, reply, tool_use
+from offline import QUIRKS, ScriptedModel, latest_results, reply, tool_use
 
 STEP = "s01_agent_loop"
 
@@ -441,9 +441,9 @@ def test_api_error_mid_turn_closes_open_tool_calls(agent, standin, type_lines, c
     type_lines("first", "second")
     original = agent.run_tool
 
-    def run_then_fail(block):  # the tool runs, then the next API call fails
+    def run_then_fail(call, malformed=None):  # the tool runs, then the next API call fails
         standin.fail_next(400)
-        return original(block)
+        return original(call, malformed)
 
     agent.run_tool = run_then_fail
     agent.repl()
@@ -462,3 +462,162 @@ def test_the_history_is_read_from_the_cache_on_the_next_call(agent, standin):
     assert first["cache_read_input_tokens"] == 0 and first["cache_creation_input_tokens"] > 1024
     assert second["cache_read_input_tokens"] == first["cache_creation_input_tokens"]
     assert second["cache_creation_input_tokens"] < 100  # only the new blocks are written
+
+
+# -- Every reply a real endpoint sends (offline.QUIRKS) --------------------------------
+RUNS = {"whitespace_text", "empty_text", "duplicate_ids", "reused_id", "odd_id", "string_input",
+        "call_under_end_turn", "unknown_stop_reason", "no_stop", "null_usage", "unknown_block"}
+MALFORMED = {"list_input", "null_input", "missing_name", "empty_name"}
+NO_CALL = {"whitespace_only", "tool_use_without_call"}
+
+
+def test_the_quirk_lists_cover_the_catalogue():
+    assert RUNS | MALFORMED | NO_CALL | {"no_usage"} == set(QUIRKS)
+
+
+@pytest.mark.parametrize("quirk", sorted(set(QUIRKS) - {"no_usage"}))
+def test_every_quirk_leaves_a_valid_history_and_the_next_prompt_is_answered(
+        quirk, load_step, standin, type_lines, capsys):
+    call = tool_use("bash", {"command": "echo ran-$((20 + 22))"})
+    turns = [QUIRKS[quirk](call), ["first done"], QUIRKS[quirk](call), ["answered second"]]
+    if quirk in NO_CALL:  # the quirk ends the turn by itself
+        turns = [QUIRKS[quirk](call), QUIRKS[quirk](call), ["answered third"]]
+    standin.policy = ScriptedModel(turns)  # the same quirk twice: ids are reused too
+    type_lines("first", "second", *(["third"] if quirk in NO_CALL else []))
+    load_step(STEP).repl()
+    out = capsys.readouterr().out
+    assert standin.rejected == []
+    assert "answered second" in out or "answered third" in out
+    sent = standin.requests[-1]["messages"]
+    results = [b for m in sent if isinstance(m["content"], list) for b in m["content"]
+               if b["type"] == "tool_result"]
+    ids = [b["id"] for m in sent if m["role"] == "assistant" for b in m["content"]
+           if b["type"] == "tool_use"]
+    assert len(ids) == len(set(ids)) == len(results)  # every call answered once, ids unique
+    if quirk in RUNS:
+        assert all("ran-42" in r["content"] for r in results) and results
+    if quirk in MALFORMED:
+        assert results and all(r["is_error"] and "malformed call, not run" in r["content"]
+                               for r in results)
+    if quirk in NO_CALL:
+        assert results == []
+    if quirk not in ("call_under_end_turn", "unknown_stop_reason", "no_stop", "null_usage",
+                     "tool_use_without_call"):
+        assert "[repaired the reply:" in out or quirk == "whitespace_only"
+
+
+def test_a_stream_without_usage_is_one_line_and_the_session_goes_on(load_step, standin, type_lines,
+                                                                     capsys):
+    """The SDK itself cannot read a stream whose message_start has no usage: one line, and
+    the next prompt is answered."""
+    standin.policy = ScriptedModel([QUIRKS["no_usage"](tool_use("bash", {"command": "true"})),
+                                    ["answered second"]])
+    type_lines("first", "second")
+    load_step(STEP).repl()
+    out = capsys.readouterr().out
+    assert "[API error: APIError: not a valid reply" in out and "answered second" in out
+    assert standin.rejected == []
+
+
+def test_whitespace_text_is_dropped_and_an_all_whitespace_reply_is_empty(load_step, standin,
+                                                                         type_lines, capsys):
+    standin.policy = ScriptedModel([QUIRKS["whitespace_only"](None), ["fine"]])
+    type_lines("first", "second")
+    load_step(STEP).repl()
+    assert "[the model sent an empty reply; tell it how to go on]" in capsys.readouterr().out
+    assert [m["role"] for m in standin.requests[-1]["messages"]] == ["user"]  # nothing stored
+
+
+def test_ids_are_repaired_deterministically_and_results_use_them(load_step, standin, type_lines):
+    call = tool_use("bash", {"command": "true"})
+    standin.policy = ScriptedModel([QUIRKS["duplicate_ids"](call), QUIRKS["odd_id"](call), ["ok"]])
+    type_lines("go")
+    load_step(STEP).repl()
+    sent = standin.requests[-1]["messages"]
+    assert [b["id"] for b in sent[1]["content"]] == ["call_0", "call_0_2"]  # the first keeps its id
+    assert [b["tool_use_id"] for b in sent[2]["content"]] == ["call_0", "call_0_2"]
+    assert sent[3]["content"][0]["id"] == "functions_bash_0"
+    assert sent[4]["content"][0]["tool_use_id"] == "functions_bash_0"
+
+
+def test_a_string_input_is_parsed_and_other_inputs_are_explained(load_step, standin, type_lines):
+    standin.policy = ScriptedModel([QUIRKS["string_input"](tool_use("bash", {"command": "echo x"})),
+                                    QUIRKS["list_input"](tool_use("bash", {"command": "echo y"})),
+                                    ["ok"]])
+    type_lines("go")
+    load_step(STEP).repl()
+    sent = standin.requests[-1]["messages"]
+    assert sent[1]["content"][0]["input"] == {"command": "echo x"}
+    assert sent[2]["content"][0]["content"] == "x"
+    assert sent[3]["content"][0]["input"] == {}
+    assert "received name='bash', input=[\"echo y\"]" in sent[4]["content"][0]["content"]
+
+
+def test_an_exception_without_a_message_still_explains_itself(load_step):
+    agent = load_step(STEP)
+
+    def fails_silently(command):
+        raise ValueError()
+
+    agent.TOOL_HANDLERS["bash"] = fails_silently
+    result = agent.run_tool({"id": "t1", "name": "bash", "input": {"command": "ls"}})
+    assert result["is_error"] and result["content"] == "Error: ValueError"
+
+
+def test_a_write_that_runs_out_of_space_leaves_the_file_as_it_was(tmp_path):
+    """A file-size limit stands in for a full disk: the write raises, the target is unchanged."""
+    script = f"""
+import resource, signal, sys
+sys.path.insert(0, {str(AGENTS)!r})
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+import s01_agent_loop as agent
+from pathlib import Path
+target = Path({str(tmp_path)!r}) / "doc.txt"
+target.write_text("old\\n" * 2500)
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+try:
+    agent.write_atomic(target, "new\\n" * 7500)
+except OSError as error:
+    print("raised", error.errno)
+print(len(target.read_text()), sorted(p.name for p in target.parent.iterdir()))
+"""
+    import subprocess
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "raised" in done.stdout
+    assert "10000 ['doc.txt']" in done.stdout  # old content, no temp file left
+
+
+@pytest.mark.parametrize("path", ["", ".", "sub"])
+def test_write_file_refuses_a_folder_before_writing_anything(load_step, workdir, path):
+    agent = load_step(STEP)
+    (workdir / "sub").mkdir()
+    before = sorted(p.name for p in workdir.parent.iterdir())
+    result = agent.run_tool({"id": "t1", "name": "write_file",
+                             "input": {"path": path, "content": "x"}})
+    assert result["is_error"] and "is a folder" in result["content"]
+    assert sorted(p.name for p in workdir.parent.iterdir()) == before
+    assert sorted(p.name for p in workdir.iterdir()) == ["sub"]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="process groups and signals are POSIX here")
+def test_ctrl_c_while_bash_starts_leaves_no_command_running(load_step, workdir, monkeypatch):
+    agent = load_step(STEP)
+    real_popen = agent.subprocess.Popen
+    started = []
+
+    def popen_then_ctrl_c(*args, **kwargs):  # the Ctrl-C lands inside Popen, after the fork
+        process = real_popen(*args, **kwargs)
+        started.append(process)
+        signal.raise_signal(signal.SIGINT)
+        return process
+
+    monkeypatch.setattr(agent.subprocess, "Popen", popen_then_ctrl_c)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # however pytest started
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            agent.run_bash("sleep 30")
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert started and started[0].wait(timeout=30) is not None  # killed, not left running
