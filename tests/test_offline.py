@@ -9,7 +9,7 @@ import urllib.request
 import anthropic
 import pytest
 
-from offline import ScriptedModel, estimate_tokens, reply, tool_use, validate_request
+from offline import QUIRKS, ScriptedModel, estimate_tokens, reply, tool_use, validate_request
 
 TOOLS = [{"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}]
 
@@ -325,3 +325,40 @@ def test_cache_entries_expire_after_their_lifetime_unless_used(standin):
     assert cached(standin, long_request())["cache_read_input_tokens"] > 0
     now[0] += standin.cache.ttl + 1
     assert cached(standin, long_request())["cache_read_input_tokens"] == 0  # forgotten
+
+
+# -- The quirks catalogue ----------------------------------------------------------------
+NAIVE_REJECTED = {"whitespace_text", "empty_text", "duplicate_ids", "odd_id", "string_input",
+                  "list_input", "null_input", "missing_name", "empty_name", "unknown_block",
+                  "whitespace_only"}
+
+
+def naive_history(message: dict) -> list:
+    """The reply stored as it came, each call answered: what a naive harness sends next."""
+    calls = [b for b in message["content"] if b.get("type") == "tool_use"]
+    answers = [{"type": "tool_result", "tool_use_id": str(b.get("id")), "content": "ok"} for b in calls]
+    return [{"role": "user", "content": "go"}, {"role": "assistant", "content": message["content"]},
+            {"role": "user", "content": answers or "next"}]
+
+
+@pytest.mark.parametrize("streamed", [True, False])
+@pytest.mark.parametrize("quirk", sorted(QUIRKS))
+def test_each_quirk_reaches_the_sdk_streamed_or_not(standin, quirk, streamed):
+    call = tool_use("bash", {"command": "ls"})
+    standin.policy = lambda request: QUIRKS[quirk](call)
+    client = anthropic.Anthropic(api_key="k", base_url=standin.url, max_retries=0)
+    ask = dict(model="m", max_tokens=100, messages=[{"role": "user", "content": "go"}], tools=TOOLS)
+    if streamed and quirk == "no_usage":  # the SDK itself cannot accumulate a stream without usage
+        with pytest.raises(AttributeError), client.messages.stream(**ask) as stream:
+            stream.get_final_message()
+        return
+    if streamed:
+        with client.messages.stream(**ask) as stream:
+            final = stream.get_final_message()
+    else:
+        final = client.messages.create(**ask)
+    sent = standin.calls[-1]["reply"]
+    assert [b.type for b in final.content] == [b["type"] for b in sent["content"]]
+    assert final.stop_reason == (None if quirk == "no_stop" else sent["stop_reason"])
+    if quirk in NAIVE_REJECTED:  # stored as it came, the next request is refused like the real API
+        assert validate_request({**ask, "messages": naive_history(sent)}) is not None

@@ -9,7 +9,7 @@ import types
 
 import pytest
 
-from offline import ScriptedModel, estimate_tokens, latest_results, reply, tool_use, validate_request
+from offline import QUIRKS, Reply, ScriptedModel, estimate_tokens, latest_results, reply, tool_use, validate_request
 
 STEP = "s06_compact"
 PLACEHOLDER = re.compile(r"^\[cleared: (\w+) result, ([\d,]+) chars; full text in "
@@ -550,4 +550,17 @@ def test_a_transcript_that_cannot_be_written_is_said_and_nothing_is_compacted(
     assert "answered" in out and "Traceback" not in out
     assert out.count("[compact]") == 1 and "[compact] not now: the transcript cannot be written" in out  # /compact
     assert not any(is_summary_request(r) for r in standin.requests)  # no record, no compaction
+    assert standin.rejected == []
+
+
+def test_null_usage_from_a_compatible_endpoint_falls_back_to_the_estimate(agent, standin,
+                                                                         type_lines, capsys):
+    """Some compatible endpoints send usage with null counts: /tokens and the trigger cope."""
+    standin.policy = ScriptedModel([QUIRKS["null_usage"](tool_use("bash", {"command": "echo hi"})),
+                                    Reply(["answered"], wire="null_usage"), ["again"]])
+    type_lines("first question", "/tokens", "second question")
+    agent.repl()
+    out = capsys.readouterr().out
+    assert "Traceback" not in out and "answered" in out and "again" in out
+    assert "(estimate)" in out  # no count from the endpoint: the harness's own estimate
     assert standin.rejected == []

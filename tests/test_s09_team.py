@@ -10,7 +10,7 @@ import time
 import pytest
 
 from conftest import AGENTS
-from offline import ScriptedModel, last_user_text, latest_results, system_text, tool_use
+from offline import QUIRKS, ScriptedModel, last_user_text, latest_results, system_text, tool_use
 
 STEP = "s09_team"
 
@@ -386,3 +386,28 @@ def test_offline_demo_plans_reviews_assigns_and_shuts_down(offline_demo):
     assert "reviewer acknowledged: reviewer is shutting down" in out
     assert "lead.jsonl     response [plan_approval] reviewer -> lead: REJECT" in out
     assert "0 rejected by the validator" in out and done.stderr == ""
+
+
+# -- Every reply a real endpoint sends, in a teammate's loop ------------------------------
+@pytest.mark.parametrize("quirk", sorted(QUIRKS))
+def test_a_teammate_survives_every_quirk_and_answers_the_next_request(team, standin, quirk):
+    def policy(request):
+        if latest_results(request):
+            return ["first done"]
+        if "first" in last_user_text(request).splitlines()[-1]:
+            return QUIRKS[quirk](tool_use("bash", {"command": "echo ran-$((20 + 22))"}))
+        return ["answered second"]
+
+    standin.policy = policy
+    spawn(team)
+    first = team.MAILBOX.send("helper", "lead", "do the first thing", "request")
+    answer, _ = team.MAILBOX.await_reply("lead", first, 0, timeout=10)
+    second = team.MAILBOX.send("helper", "lead", "then the second", "request")
+    assert team.MAILBOX.await_reply("lead", second, 0, timeout=10)[0]["content"] == "answered second"
+    assert standin.rejected == []
+    results = [b for m in standin.requests[-1]["messages"] if isinstance(m["content"], list)
+               for b in m["content"] if b["type"] == "tool_result"]
+    if quirk in ("call_under_end_turn", "unknown_stop_reason", "no_stop", "odd_id", "string_input"):
+        assert answer["content"] == "first done" and "ran-42" in results[0]["content"]
+    if quirk in ("whitespace_only", "no_usage"):  # no answer at all: said, not passed off as one
+        assert answer["content"].startswith("error: helper could not answer")

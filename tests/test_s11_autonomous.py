@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from conftest import AGENTS, run_processes, step_env, wait_until
 
-from offline import ScriptedModel, last_user_text, latest_results, steps_since_prompt, system_text, tool_use
+from offline import QUIRKS, ScriptedModel, last_user_text, latest_results, steps_since_prompt, system_text, tool_use
 
 STEP = "s11_autonomous"
 FORK = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
@@ -479,3 +479,31 @@ def test_offline_demo_shows_claims_a_kill_a_takeover_and_the_naive_race(offline_
     assert re.search(r"naive claim .*: alice, bob, carol each believe #1 is theirs - it would run 3 times", out)
     assert re.search(r"claim\(\) .*: (\w+) won #1; \w+ lost #1 to \1; \w+ lost #1 to \1 - it runs once", out)
     assert "0 rejected by the validator" in out
+
+
+# -- Every reply a real endpoint sends, in a worker's loop --------------------------------
+@pytest.mark.parametrize("quirk", sorted(QUIRKS))
+def test_a_worker_ends_a_quirky_task_honestly_and_goes_on_with_the_next(team, standin, workdir,
+                                                                         quirk):
+    def policy(request):
+        if latest_results(request):
+            return ["done #1"]
+        if task_prompt_id(request) == 1:
+            return QUIRKS[quirk](tool_use("bash", {"command": "echo ran > marker.txt"}))
+        return done_policy(request)
+
+    standin.policy = policy
+    team.IDLE_TIMEOUT = 0.3
+    team.BOARD.create("the quirky one")
+    team.BOARD.create("the next one")
+    spawn(team, "w1").thread.join(timeout=20)
+    first, second = team.BOARD.tasks()
+    assert (second["status"], second["result"]) == ("completed", "done #2")
+    assert standin.rejected == []
+    if quirk in ("call_under_end_turn", "unknown_stop_reason", "no_stop", "duplicate_ids"):
+        assert first["status"] == "completed" and (workdir / "marker.txt").exists()  # it ran
+    if quirk in ("whitespace_only", "no_usage"):
+        assert first["status"] == "failed"
+    if first["status"] == "completed" and first["result"] == "done #1":
+        assert (workdir / "marker.txt").exists() or quirk in (
+            "list_input", "null_input", "missing_name", "empty_name")  # answered with an error
