@@ -33,28 +33,27 @@ Run:  python agents/s11_autonomous.py  [--demo]  [--trace run.html]      (the de
 import json
 import os
 import re
-import signal
+import signal  # s02: bash is stopped whole, also by a Ctrl-C while it starts
 import subprocess
 import sys
-import threading
+import threading  # s02: bash's output is read as it comes
 from pathlib import Path
 
-from anthropic import Anthropic, APIError
+from anthropic import Anthropic, APIError  # s02: one kind of error
 from dotenv import load_dotenv
 
 # -- Configuration ------------------------------------------------------------
 load_dotenv(".env")  # the current folder's .env; shell variables win
-WORKDIR = Path.cwd()
+WORKDIR = Path.cwd()  # s02: the file tools stay inside it
 MODEL = os.getenv("MODEL_ID") or "claude-sonnet-5-5"
 API_KEY = os.getenv("ANTHROPIC_API_KEY") or None
 AUTH_TOKEN = os.getenv("ANTHROPIC_AUTH_TOKEN") or None
-BASE_URL = os.getenv("ANTHROPIC_BASE_URL") or None
-MAX_TOKENS = 8000
+MAX_TOKENS = 8000  # s02: named, the notes quote it
 BASH_TIMEOUT = 60  # seconds
 OUTPUT_LIMIT = 50_000  # characters of tool output sent back to the model
-# Credentials are passed explicitly, so the SDK never guesses; with none, main() runs the offline demo.
-client = Anthropic(api_key=API_KEY, auth_token=AUTH_TOKEN, base_url=BASE_URL) if API_KEY or AUTH_TOKEN else None
-SYSTEM = (f"You are a coding agent working in {WORKDIR}. "
+# Passed explicitly, so an empty variable means none; the SDK reads ANTHROPIC_BASE_URL itself.
+client = Anthropic(api_key=API_KEY, auth_token=AUTH_TOKEN) if API_KEY or AUTH_TOKEN else None
+SYSTEM = (f"You are a coding agent working in {WORKDIR}. "  # s02: where the model works
           "Use the tools to inspect and change files; act, then report briefly.")
 SYSTEM += (" For multi-step work keep the task board: task_create the steps, link them with blocked_by,"  # s07: plan
            " set each in_progress then completed. The board lives in .tasks/ and outlives this"  # s07: plan
@@ -65,67 +64,274 @@ SYSTEM += (" team_spawn_autonomous starts workers that claim ready tasks by them
            " and report to you: plan the work as tasks first, then check it with task_list.")  # s11: workers
 
 
-# -- Base tools -----------------------------------------------------------------
-def safe_path(relative: str) -> Path:
+# -- The agent loop ---------------------------------------------------------------
+def agent_loop(messages):
+    """Call the model, run the tools it asks for, repeat until it stops asking."""
+    while True:
+        deliver_team_news(messages)  # s09: teammates' answers join the next request
+        calls = add_reply(messages, call_model(messages))
+        if not calls:  # decided by what the stored reply holds, not by its stop_reason
+            return
+        run_calls(messages, calls)  # s02: one function, so Ctrl-C keeps the finished results
+
+def run_calls(messages, calls):  # s02: all answers in one user turn, also on Ctrl-C
+    """Answer every call in one user turn; on Ctrl-C the finished ones keep their results."""
+    results = []
+    try:
+        for call, not_run in calls:
+            results.append(run_tool(call, not_run))
+            print(f"  {'ERROR ' if results[-1].get('is_error') else ''}{preview(results[-1]['content'])}")
+    finally:  # only the calls that did not run are "interrupted"
+        messages.append({"role": "user", "content": results + [
+            run_tool(call, "interrupted by the user") for call, _ in calls[len(results):]]})
+
+def call_model(messages, system=SYSTEM, tools=None, model=MODEL, echo=True):  # s02: streamed
+    """One streamed call: text is shown as it arrives, each tool call once its block is complete.
+    The request is cached up to its last block, so the next call reads this prefix cheaply."""
+    try:
+        with client.messages.stream(model=model, system=system, messages=messages,
+                                    tools=TOOLS if tools is None else tools,
+                                    max_tokens=MAX_TOKENS, cache_control={"type": "ephemeral"}) as stream:
+            for event in stream if echo else ():
+                show(event)
+            return stream.get_final_message()
+    except APIError:
+        raise
+    except Exception as error:  # a stream cut short, or a 200 that is no reply: one kind of error
+        raise APIError(f"not a valid reply: {error!r}", None, body=None) from error
+
+def show(event):
+    """Print a streamed event: text as it comes, a tool call once its block is complete."""
+    if event.type == "text":
+        print(event.text, end="", flush=True)
+    elif event.type == "content_block_stop" and event.content_block.type == "tool_use":
+        block = event.content_block
+        print(f"> {getattr(block, 'name', None)}: {preview(block.input, 120)}")
+    elif event.type == "content_block_stop":
+        print()  # a text block ends its line
+
+def add_reply(messages, reply, say=print):
+    """The one door into a history: store a repaired copy of the reply and return its tool
+    calls as (call, why it must not run) pairs."""
+    content, calls, repairs = repair_reply(reply.content, messages)
+    if repairs:
+        say(f"[repaired the reply: {'; '.join(repairs)}]")
+    if reply.stop_reason == "refusal":  # s02: stored, a refusal would poison every request
+        close_turn(messages, STOP_NOTES["refusal"])  # the refused request is marked, not redone
+        say(f"[{STOP_NOTES['refusal']}]")
+        return []
+    if not content:  # stored, an empty message would make every later request invalid
+        say("[the model sent an empty reply; tell it how to go on]")
+        return []
+    messages.append({"role": "assistant", "content": content})
+    if note := STOP_NOTES.get(reply.stop_reason):  # s02: a turn that ended early says why
+        say(f"[{note}]")
+    if reply.stop_reason in CUT_OFF:
+        close_turn(messages, note)  # a call cut off mid-input is answered, never run
+        return []
+    return calls
+
+def repair_reply(blocks, messages):
+    """What real endpoints send, made valid: the blocks to store, the calls, what was repaired."""
+    taken = {block["id"] for message in messages for block in message["content"] if "id" in block}
+    content = []
+    calls = []
+    repairs = []
+    for block in blocks:
+        if block.type == "tool_use":
+            call, not_run = repair_call(dict(block), taken, repairs)
+            content.append(call)
+            calls.append((call, not_run))
+        elif block.type == "text" and block.text.strip():
+            content.append({"type": "text", "text": sendable(block.text)})  # s02: any string
+        else:  # the API refuses whitespace-only text; a type we do not know may be refused
+            repairs.append(f"left out an empty or unknown {block.type} block")
+    return content, calls, repairs
+
+def repair_call(block, taken, repairs):
+    """A valid tool_use for the history, and why it must not run (None when it may)."""
+    call_id = unique_id(block.get("id"), taken, repairs)
+    name = block.get("name")
+    args = parsed_input(block.get("input"), repairs)  # s02: some endpoints send JSON as text
+    call = {"type": "tool_use", "id": call_id, "name": name, "input": args}
+    if isinstance(name, str) and name and isinstance(args, dict):
+        return sendable(call), None  # s02: any string, made sendable
+    not_run = f"malformed call, not run: received name={name!r}, input={args!r}"
+    repairs.append(not_run)
+    return {**call, "name": "malformed", "input": {}}, not_run
+
+def unique_id(raw, taken, repairs):
+    """An id the API accepts (^[a-zA-Z0-9_-]+$), unique in the history: the first keeps its id."""
+    call_id = re.sub(r"[^a-zA-Z0-9_-]", "_", f"{raw}")
+    while call_id in taken:
+        call_id += "_2"
+    if call_id != raw:
+        repairs.append(f"tool id {raw!r} -> {call_id}")
+    taken.add(call_id)
+    return call_id
+
+def close_turn(messages, reason):
+    """After anything: answer every tool_use left open, so the next request is valid."""
+    if calls := [block for message in messages[-1:] for block in message["content"]
+                 if "input" in block]:  # the last message's tool_use blocks: only they have an input
+        messages.append({"role": "user", "content": [run_tool(call, reason) for call in calls]})
+    elif messages and messages[-1]["role"] == "user":  # s02: marked, so it is not redone
+        add_user_text(messages, f"[not answered: {reason}]")
+
+def add_user_text(messages, text):
+    """Append the user's words; join them to a trailing user turn so roles keep alternating."""
+    if not messages or messages[-1]["role"] != "user":
+        messages.append({"role": "user", "content": []})
+    messages[-1]["content"].append({"type": "text", "text": text})
+
+
+# -- The tool: bash in the workspace -------------------------------------------
+def run_bash(command):  # s02: killed whole on timeout or Ctrl-C; a daemon cannot hang it
+    output = bytearray()
+    note = ""
+    process = start_shell(command)
+    try:  # from here on, no Ctrl-C may leave the command running
+        reader = threading.Thread(target=drain, args=(process.stdout, output), daemon=True)
+        reader.start()
+        process.wait(timeout=BASH_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        kill_group(process)
+        note = f": killed after the {BASH_TIMEOUT}s timeout"
+    except KeyboardInterrupt:
+        kill_group(process)
+        raise
+    reader.join(timeout=1)  # a daemon the command started may hold the pipe open: stop waiting
+    text = output[:OUTPUT_LIMIT].decode("utf-8", "replace").strip() or "(no output)"
+    if len(output) > OUTPUT_LIMIT:
+        text += f"\n... [output truncated at {OUTPUT_LIMIT:,} bytes]"
+    if reader.is_alive():
+        text += "\n[stopped reading: a background process still holds the output open]"
+    code = process.wait()
+    return text + (f"\n[exit code {code}{note}]" if code else "")  # after the cut: it survives
+
+
+# -- s02: file tools that stay inside the workspace ---------------------------------
+def safe_path(relative):
     """Resolve a path inside WORKDIR; refuse anything that leaves it."""
     path = (WORKDIR / relative).resolve()  # resolve() follows symlinks too
     if not path.is_relative_to(WORKDIR.resolve()):
         raise ValueError(f"Path {relative!r} is outside the workspace {WORKDIR}")
     return path
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path, text):
     """Write a temp file, then rename it over the target: a failure leaves the old file as it was."""
     if path.is_dir():  # the workspace itself, or a folder: refused before anything is written
         raise IsADirectoryError(f"{path.name or path} is a folder, not a file")
     mode = path.stat().st_mode if path.exists() else None  # a rewritten file keeps its mode
-    if mode is not None and not mode & 0o222:  # nobody may write it: someone made it read-only on purpose
+    if mode is not None and not mode & 0o222:  # read-only on purpose: leave it so
         raise PermissionError(f"{path.name} is read-only; it was left unchanged")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.urandom(4).hex()}.tmp")
     try:
-        with open(tmp, "xb") as file:  # a fresh file of our own; the umask sets a new file's mode
-            file.write(text.encode("utf-8"))  # a string that cannot be stored fails here: the target is untouched
-            file.flush()  # buffered: every byte is written or this raises (a full disk, a size limit)
-            os.fsync(file.fileno())  # on disk before the rename, so a crash cannot leave an empty file
+        with open(tmp, "xb") as file:  # a fresh file of our own; the umask sets its mode
+            file.write(text.encode("utf-8"))  # a string that cannot be stored fails here
+            file.flush()  # every byte is written or this raises (a full disk, a size limit)
+            os.fsync(file.fileno())  # on disk before the rename: a crash leaves no empty file
         if mode is not None:
             os.chmod(tmp, mode)
-        os.replace(tmp, path)  # atomic: readers see the old file or the new one, never half of one
+        os.replace(tmp, path)  # atomic: readers see the old file or the new one, never half
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
-def run_bash(command: str) -> str:
-    kept, total, done = bytearray(), [0], threading.Event()
+def run_read(path, limit=None):
+    if limit is not None and limit < 1:
+        raise ValueError(f"limit must be a positive number of lines, got {limit}")
+    target = safe_path(path)
+    if not target.is_file():  # a FIFO or a device would block or never end
+        raise ValueError(f"{path} is not a regular file")
+    with open(target, encoding="utf-8", newline="") as file:  # newline="": \r\n shown as it is
+        text = file.read(OUTPUT_LIMIT)  # never read more than can be returned
+        cut = file.read(1) != ""
+    lines = text.splitlines(keepends=True)
+    if limit is not None and limit < len(lines):
+        more = f"{len(lines) - limit}{'+' if cut else ''}"
+        return "".join(lines[:limit]) + f"... [{more} more lines]"
+    if cut:
+        text += f"\n... [output truncated at {OUTPUT_LIMIT:,} characters; use bash for the rest]"
+    return text
 
-    def drain() -> None:  # keep the first OUTPUT_LIMIT bytes, count the rest: memory stays bounded
-        with process.stdout:  # closed at the end: a daemon still writing to it then gets SIGPIPE
-            while not done.is_set() and (chunk := process.stdout.read1(65536)):
-                kept.extend(chunk[:OUTPUT_LIMIT - len(kept)])
-                total[0] += len(chunk)
-    reader, timed_out = threading.Thread(target=drain, daemon=True), ""
-    process = start_shell(command)
-    try:
-        reader.start()
-        process.wait(timeout=BASH_TIMEOUT)
-    except (subprocess.TimeoutExpired, KeyboardInterrupt) as stop:  # neither may leave the command running
-        kill_group(process)
-        if isinstance(stop, KeyboardInterrupt):
-            raise
-        timed_out = f": killed after the {BASH_TIMEOUT}s timeout"
-    reader.join(timeout=1)  # a daemon the command started may hold the pipe open forever: stop reading
-    done.set()
-    output = kept.decode("utf-8", "replace").strip() or "(no output)"
-    if total[0] > OUTPUT_LIMIT:
-        output += f"\n... [output truncated: {total[0] - OUTPUT_LIMIT:,} more bytes]"
-    if reader.is_alive():
-        output += "\n[stopped reading: a background process still holds the output open]"
-    code = process.wait()
-    return output + (f"\n[exit code {code}{timed_out}]" if code else "")  # after the cut, so it always survives
+def run_write(path, content):
+    write_atomic(safe_path(path), content)
+    return f"Wrote {len(content)} characters to {path}"
 
-def start_shell(command: str) -> subprocess.Popen:
-    """Popen with Ctrl-C held until it returns: an interrupt inside Popen would leave the command
-    running with no handle to kill it by. Only the main thread ever receives Ctrl-C."""
-    def popen() -> subprocess.Popen:
+def run_edit(path, old_text, new_text):
+    target = safe_path(path)
+    text = target.read_bytes().decode("utf-8")  # bytes: a \r\n stays \r\n, as old_text must match
+    count = text.count(old_text) if old_text else 0
+    if count == 0:
+        raise ValueError(f"old_text not found in {path}; read the file and copy the text exactly")
+    if count > 1:
+        raise ValueError(f"old_text appears {count} times in {path}; include more context")
+    write_atomic(target, text.replace(old_text, new_text, 1))
+    return f"Edited {path}"
+
+JSON_TYPES = {"string": str, "integer": int, "boolean": bool, "array": list, "object": dict}
+
+def check_args(name, args):
+    """Check a call's arguments against its tool's schema; say what is wrong and what is allowed."""
+    schema = next(tool["input_schema"] for tool in TOOLS if tool["name"] == name)
+    allowed = schema.get("properties", {})
+    missing = [key for key in schema.get("required", []) if key not in args]
+    if missing:
+        raise ValueError(f"missing required argument(s) {missing}; {name} takes {sorted(allowed)}")
+    for key, value in args.items():
+        if key not in allowed:
+            raise ValueError(f"unknown argument {key!r}; {name} takes {sorted(allowed)}")
+        expected = JSON_TYPES.get(allowed[key].get("type"))
+        if expected and type(value) is not expected:  # exact: True is not an integer here
+            raise ValueError(f"argument {key!r} must be of type {allowed[key]['type']}, "
+                             f"got {type(value).__name__}")
+
+
+# -- s02: replies as real endpoints send them ---------------------------------------
+STOP_NOTES = {  # the documented stop reasons that end a turn early, as the REPL says them
+    "max_tokens": f"cut off at max_tokens ({MAX_TOKENS}); an unfinished tool call was not run",
+    "model_context_window_exceeded": "cut off: the context window is full",
+    "refusal": "the model declined this request (refusal); rephrase it rather than repeat it",
+    "pause_turn": "the API paused this turn (pause_turn); send a message to let it go on",
+}
+
+CUT_OFF = ("max_tokens", "model_context_window_exceeded")  # a call may be unfinished: not run
+
+def parsed_input(args, repairs):
+    """A tool input that some endpoints send as text holding a JSON object, parsed."""
+    if isinstance(args, str) and args.strip().startswith("{"):
+        try:
+            args = json.loads(args)
+            repairs.append("parsed a tool input sent as text")
+        except ValueError:
+            pass  # not JSON after all: answered as a malformed call
+    return args
+
+def sendable(value):
+    """The value with lone surrogates replaced by "?": JSON can hold them, UTF-8 cannot."""
+    return json.loads(json.dumps(value, ensure_ascii=False).encode("utf-8", "replace"))
+
+def preview(value, width=200):
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[:width] + "..."
+
+def run_slash_command(line, history):
+    name, _, arg = line.partition(" ")
+    if name in SLASH_COMMANDS:
+        return SLASH_COMMANDS[name](arg.strip(), history)
+    helps = ["  " + fn.__doc__.splitlines()[0] for fn in dict.fromkeys(SLASH_COMMANDS.values())]
+    unknown = "" if name == "/help" else f"Unknown command {name}. "
+    print(unknown + "Commands: /help, q or exit (quit)", *helps, sep="\n")
+
+
+# .. plumbing: starting and stopping bash ...........................................
+def start_shell(command):
+    """Popen with Ctrl-C held until it returns: an interrupt inside Popen would leave the
+    command running with no handle to kill it by. Only the main thread receives Ctrl-C."""
+    def popen():
         return subprocess.Popen(command, shell=True, cwd=WORKDIR, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # a group of its own: killable whole
@@ -142,40 +348,18 @@ def start_shell(command: str) -> subprocess.Popen:
         raise KeyboardInterrupt
     return process
 
-def kill_group(process: subprocess.Popen) -> None:
+def kill_group(process):
     """Kill the shell and everything it started."""
     if os.name == "posix":
         os.killpg(process.pid, signal.SIGKILL)
     else:
         process.kill()
 
-def run_read(path: str, limit: int | None = None) -> str:
-    if limit is not None and limit < 1:
-        raise ValueError(f"limit must be a positive number of lines, got {limit}")
-    target = safe_path(path)
-    if not target.is_file():  # a FIFO or a device would block or never end
-        raise ValueError(f"{path} is not a regular file")
-    with open(target, encoding="utf-8", newline="") as file:  # newline="": a \r\n is shown as it is
-        text, cut = file.read(OUTPUT_LIMIT), file.read(1) != ""  # never read more than can be returned
-    lines = text.splitlines(keepends=True)
-    if limit is not None and limit < len(lines):
-        return "".join(lines[:limit]) + f"... [{len(lines) - limit}{'+' if cut else ''} more lines]"
-    return text + (f"\n... [output truncated at {OUTPUT_LIMIT:,} characters; use bash for the rest]" if cut else "")
-
-def run_write(path: str, content: str) -> str:
-    write_atomic(safe_path(path), content)
-    return f"Wrote {len(content)} characters to {path}"
-
-def run_edit(path: str, old_text: str, new_text: str) -> str:
-    target = safe_path(path)
-    text = target.read_bytes().decode("utf-8")  # bytes: a \r\n stays \r\n, as old_text must match it
-    count = text.count(old_text) if old_text else 0
-    if count == 0:
-        raise ValueError(f"old_text not found in {path}; read the file and copy the text exactly")
-    if count > 1:
-        raise ValueError(f"old_text appears {count} times in {path}; include more context so it is unique")
-    write_atomic(target, text.replace(old_text, new_text, 1))
-    return f"Edited {path}"
+def drain(pipe, output):
+    """Read the command's output to its end; keep what can be returned, so memory stays bounded."""
+    with pipe:
+        while chunk := pipe.read1(65536):
+            output.extend(chunk[:OUTPUT_LIMIT + 1 - len(output)])
 
 
 # -- s07: the task board - a dependency graph on disk that outlives the chat -----
@@ -1108,215 +1292,52 @@ AUTONOMOUS_TOOLS = [
 # -- The tool table: what the model sees, and what runs ------------------------
 TOOLS = [
     {"name": "bash", "description": "Run a shell command in the workspace.",
-     "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}},
-    {"name": "read_file", "description": "Read a text file; limit = max lines.",
-     "input_schema": {"type": "object", "properties": {"path": {"type": "string"}, "limit": {"type": "integer"}},
+     "input_schema": {"type": "object", "properties": {"command": {"type": "string"}},
+                      "required": ["command"]}},
+    {"name": "read_file", "description": "Read a text file; limit = max lines.",  # s02: file tools
+     "input_schema": {"type": "object", "properties": {"path": {"type": "string"},
+                                                       "limit": {"type": "integer"}},
                       "required": ["path"]}},
     {"name": "write_file", "description": "Create or overwrite a text file.",
-     "input_schema": {"type": "object", "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+     "input_schema": {"type": "object", "properties": {"path": {"type": "string"},
+                                                       "content": {"type": "string"}},
                       "required": ["path", "content"]}},
     {"name": "edit_file", "description": "Replace one exact, unique piece of text in a file.",
-     "input_schema": {"type": "object", "properties": {"path": {"type": "string"}, "old_text": {"type": "string"},
-                      "new_text": {"type": "string"}}, "required": ["path", "old_text", "new_text"]}},
+     "input_schema": {"type": "object", "properties": {"path": {"type": "string"},
+                                                       "old_text": {"type": "string"},
+                                                       "new_text": {"type": "string"}},
+                      "required": ["path", "old_text", "new_text"]}},
     *TASK_TOOLS,  # s07: task_create, task_update, task_get, task_list
     *TEAM_TOOLS,  # s09: spawn, send (and assign), review, shut down teammates
     *AUTONOMOUS_TOOLS,  # s11: team_spawn_autonomous
 ]
 
-TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read, "write_file": run_write,  # called with the call's input
-                 "edit_file": run_edit, **TASK_TOOL_HANDLERS,  # s07: the task tools run against BOARD
-                 **TEAM_HANDLERS,  # s09: the team tools
-                 "team_spawn_autonomous": run_team_spawn_autonomous}  # s11: workers that find their own work
+TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read,  # s02: called with the call's input
+                 "write_file": run_write, "edit_file": run_edit,  # s07: the task tools run against BOARD
+                 **TASK_TOOL_HANDLERS, **TEAM_HANDLERS,  # s11: workers that find their own work
+                 "team_spawn_autonomous": run_team_spawn_autonomous}
 
 SLASH_COMMANDS = {"/tasks": show_tasks,  # s07: the board and its graph, for you
                   "/team": team_command, "/inbox": inbox_command}  # s09: the team and the lead's mail, for you
 
-JSON_TYPES = {"string": [str], "integer": [int], "boolean": [bool], "array": [list], "object": [dict]}  # exact
-
-def check_args(name: str, args: dict) -> None:
-    """Check arguments against the tool's schema; say what is wrong and what is allowed."""
-    schema = next(tool["input_schema"] for tool in TOOLS if tool["name"] == name)
-    allowed, missing = schema.get("properties", {}), [k for k in schema.get("required", []) if k not in args]
-    if missing:
-        raise ValueError(f"missing required argument(s) {missing}; {name} takes {sorted(allowed)}")
-    for key, value in args.items():
-        if key not in allowed:
-            raise ValueError(f"unknown argument {key!r}; {name} takes {sorted(allowed)}")
-        expected = allowed[key].get("type")
-        if expected in JSON_TYPES and type(value) not in JSON_TYPES[expected]:
-            raise ValueError(f"argument {key!r} must be of type {expected}, got {type(value).__name__}")
-
-def run_tool(call: dict, malformed: str | None = None) -> dict:
+def run_tool(call, not_run=None):
     """Run one tool call as stored in the history; always return exactly one tool_result."""
     result = {"type": "tool_result", "tool_use_id": call["id"]}
     try:
-        if malformed:  # found by repair_call: the call is answered, not run
-            raise ValueError(malformed)
+        if not_run:  # a malformed call, or a turn that ended: the call is answered, not run
+            raise ValueError(not_run)
         if call["name"] not in TOOL_HANDLERS:
             raise ValueError(f"Unknown tool {call['name']!r}. Available: {sorted(TOOL_HANDLERS)}")
-        check_args(call["name"], call["input"])
-        output = TOOL_HANDLERS[call["name"]](**call["input"])  # the schema's names are its parameters
-        result["content"] = output or "(no output)"
-    except Exception as error:  # any failure becomes a result the model can read, never an empty one
+        check_args(call["name"], call["input"])  # s02: the schema, checked before anything runs
+        result["content"] = TOOL_HANDLERS[call["name"]](**call["input"])
+    except Exception as error:  # any failure becomes a result the model can read
         result.update(is_error=True, content=f"Error: {str(error) or type(error).__name__}")
     return result
 
-def preview(value, width: int = 200) -> str:
-    flat = " ".join((value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)).split())
-    return flat if len(flat) <= width else flat[:width] + "..."
-
-
-# -- The agent loop ---------------------------------------------------------------
-def agent_loop(messages: list) -> None:
-    """Call the model, run the tools it asks for, repeat until it stops asking."""
-    while True:
-        deliver_team_news(messages)  # s09: teammates' answers join the next request
-        calls = add_reply(messages, call_model(messages))
-        if not calls:  # decided by what the reply holds, not by its stop_reason
-            return
-        run_calls(messages, calls)
-
-def run_calls(messages: list, calls: list) -> None:
-    """Answer every call in one user turn; on Ctrl-C the finished ones keep their results."""
-    results = []
-    try:
-        for call, malformed in calls:
-            results.append(run_tool(call, malformed))
-            print(f"  {'ERROR ' if results[-1].get('is_error') else ''}{preview(results[-1]['content'])}")
-    finally:  # only the calls that did not run are "interrupted"
-        messages.append({"role": "user", "content": results + [
-            {"type": "tool_result", "tool_use_id": call["id"], "content": "interrupted by the user",
-             "is_error": True} for call, _ in calls[len(results):]]})
-
-def call_model(messages: list, system: str = SYSTEM, tools: list = TOOLS, model: str = MODEL, echo: bool = True):
-    """One streamed call: text is shown as it arrives, each tool call once its block is complete."""
-    try:
-        with client.messages.stream(model=model, system=system, messages=messages, tools=tools,
-                                    max_tokens=MAX_TOKENS, cache_control={"type": "ephemeral"}) as stream:
-            for event in stream if echo else ():
-                if event.type == "text":
-                    print(event.text, end="", flush=True)
-                elif event.type == "content_block_stop":  # a text block ends its line; a tool call shows whole
-                    block = event.content_block
-                    if block.type == "tool_use":
-                        print(f"> {getattr(block, 'name', None)}: {preview(block.input, 120)}")
-                    else:
-                        print()
-            return stream.get_final_message()
-    except Exception as error:  # a stream cut short, or a 200 that is no reply (a broken "compatible" endpoint)
-        raise error if isinstance(error, APIError) else APIError(f"not a valid reply: {error!r}", None, body=None)
-
-STOP_NOTES = {  # the documented stop reasons that end a turn early, as the REPL says them
-    "max_tokens": f"cut off at max_tokens ({MAX_TOKENS}); an unfinished tool call was not run",
-    "model_context_window_exceeded": "cut off: the context window is full",
-    "refusal": "the model declined this request (refusal); rephrase it rather than repeat it",
-    "pause_turn": "the API paused this turn (pause_turn); send a message to let it go on",
-    "empty": "the model sent an empty reply; tell it how to go on",
-}
-
-CUT_OFF = ("max_tokens", "model_context_window_exceeded")  # a tool call may be unfinished: not run
-
-def add_reply(messages: list, reply, say=print) -> list:
-    """The one door into a history: store a repaired copy of the reply, say why a turn ended
-    early, and return the tool calls to run as (call, malformed) pairs."""
-    content, repairs = repair_reply(reply.content, messages)
-    if repairs:
-        say(f"[repaired the reply: {'; '.join(repairs)}]")
-    if reply.stop_reason == "refusal" or not content:  # stored, either would poison every request
-        note = STOP_NOTES["refusal" if reply.stop_reason == "refusal" else "empty"]
-        if reply.stop_reason == "refusal":
-            close_turn(messages, note)  # the refused request is marked, so it is not redone
-        say(f"[{note}]")
-        return []
-    messages.append({"role": "assistant", "content": [block for block, _ in content]})
-    if note := STOP_NOTES.get(reply.stop_reason):
-        say(f"[{note}]")
-    if reply.stop_reason in CUT_OFF:
-        close_turn(messages, note)  # a call cut off mid-input is answered, never run
-        return []
-    return [(block, malformed) for block, malformed in content if block["type"] == "tool_use"]
-
-def repair_reply(blocks: list, messages: list) -> tuple[list, list]:
-    """What real endpoints send, made valid: ([(block, malformed or None)], what was repaired)."""
-    taken = {b["id"] for m in messages if m["role"] == "assistant" for b in m["content"]
-             if isinstance(b, dict) and b.get("type") == "tool_use"}
-    content, repairs = [], []
-    for block in blocks:
-        if block.type == "text" and block.text.strip():
-            content.append(({"type": "text", "text": sendable(block.text)}, None))
-        elif block.type == "tool_use":
-            content.append(repair_call(block, taken, repairs))
-        elif block.type == "text":
-            repairs.append("dropped an empty text block")
-        else:
-            repairs.append(f"left out a {block.type!r} block (a type this harness does not know)")
-    return content, repairs
-
-def repair_call(block, taken: set, repairs: list) -> tuple[dict, str | None]:
-    """A valid tool_use for the history, and why it must not run (None when it may)."""
-    call_id = unique_id(getattr(block, "id", None), taken)
-    if call_id != getattr(block, "id", None):
-        repairs.append(f"tool id {getattr(block, 'id', None)!r} -> {call_id!r}")
-    name, args = getattr(block, "name", None), getattr(block, "input", None)
-    if isinstance(args, str) and args.strip().startswith("{"):  # some endpoints send the JSON as text
-        try:
-            args = json.loads(args)
-            repairs.append(f"parsed the input of {call_id} from a string")
-        except ValueError:
-            pass
-    malformed = None
-    if not isinstance(name, str) or not name or not isinstance(args, dict):
-        malformed = (f"malformed call, not run: a tool call needs a name and an object input; "
-                     f"received name={name!r}, input={preview(args, 100)}")
-        repairs.append(f"malformed call {call_id} answered with an error")
-    call = {"type": "tool_use", "id": call_id, "name": sendable(name) if isinstance(name, str) and name
-            else "missing_name", "input": sendable(args) if malformed is None else {}}
-    return call, malformed
-
-def unique_id(raw, taken: set) -> str:
-    """An id the API accepts (^[a-zA-Z0-9_-]+$), unique in the history: the first keeps its id."""
-    base = re.sub(r"[^a-zA-Z0-9_-]", "_", raw if isinstance(raw, str) else "") or "call"
-    call_id = base
-    suffix = 1
-    while call_id in taken:
-        suffix += 1
-        call_id = f"{base}_{suffix}"
-    taken.add(call_id)
-    return call_id
-
-def sendable(value):
-    """The value with lone surrogates replaced by "?": valid JSON in Python, not valid UTF-8 to send."""
-    return json.loads(json.dumps(value, ensure_ascii=False).encode("utf-8", "replace"))
-
-def close_turn(messages: list, reason: str) -> None:
-    """After anything: answer every open tool_use; mark a request that got no reply, so it is not redone."""
-    last = messages[-1] if messages else {"role": None, "content": []}
-    open_ids = [b["id"] for b in last["content"] if last["role"] == "assistant" and b["type"] == "tool_use"]
-    if open_ids:
-        messages.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": i, "content": reason, "is_error": True} for i in open_ids]})
-    elif last["role"] == "user":
-        add_user_text(messages, f"[not answered: {reason}]")
-
-def add_user_text(messages: list, text: str) -> None:
-    """Append the user's words; join them to a trailing user turn so roles keep alternating."""
-    if not messages or messages[-1]["role"] != "user":
-        messages.append({"role": "user", "content": []})
-    elif isinstance(messages[-1]["content"], str):
-        messages[-1]["content"] = [{"type": "text", "text": messages[-1]["content"]}]
-    messages[-1]["content"].append({"type": "text", "text": text})
-
-def run_slash_command(line: str, history: list) -> None:
-    name, _, arg = line.partition(" ")
-    if name in SLASH_COMMANDS:
-        return SLASH_COMMANDS[name](arg.strip(), history)
-    print(("" if name == "/help" else f"Unknown command {name}. ") + "Commands: /help, q or exit (quit)",
-          *("  " + command.__doc__.splitlines()[0] for command in dict.fromkeys(SLASH_COMMANDS.values())), sep="\n")
-
 
 # -- The REPL ---------------------------------------------------------------------
-def repl(prompt: str = "s11 >> ") -> None:  # s11: this step's prompt
-    history: list = []
+def repl(prompt="s11 >> "):  # s11: this step's prompt
+    history = []
     while True:
         try:
             query = read_line(prompt).strip()  # s09: teammates' lines wait while you type
@@ -1326,27 +1347,27 @@ def repl(prompt: str = "s11 >> ") -> None:  # s11: this step's prompt
         if query.lower() in ("q", "exit"):
             return
         try:
-            if query.startswith("/"):
+            if query.startswith("/"):  # s02: commands for the harness, not the model
                 run_slash_command(query, history)
             elif query:  # an empty line does nothing
                 add_user_text(history, query)
                 agent_loop(history)
-        except (KeyboardInterrupt, APIError) as error:  # the turn ends; the conversation stays valid
+        except BaseException as error:  # Ctrl-C or any error ends the turn; the history stays valid
             reason = "interrupted by the user" if isinstance(error, KeyboardInterrupt) else \
-                f"API error: {type(error).__name__}: {getattr(error, 'message', error)}"
+                f"{type(error).__name__}: {error}"
             close_turn(history, reason)
-            print(f"\n[{reason}]")
-        print()
+            print(f"\n[{reason}]")  # s02: on a line of its own, after streamed text
 
-def main() -> None:
-    sys.stdout.reconfigure(errors="backslashreplace")  # print any string the API can send, lone surrogates too
+def main():
+    sys.stdout.reconfigure(errors="backslashreplace")  # s02: print any string, lone surrogates too
     if "--worker" in sys.argv:  # s11: one autonomous teammate as its own process
-        sys.exit(run_worker(sys.argv))  # s11: one autonomous teammate as its own process
-    if "--demo" in sys.argv or "--trace" in sys.argv or not (API_KEY or AUTH_TOKEN):
+        sys.exit(run_worker(sys.argv))
+    if not client or sys.argv[1:]:  # no key, or --demo, --play, --trace run.html
         try:
-            import offline  # the local stand-in and the trace recorder, needed only here
+            import offline  # the local stand-in, play mode and the trace recorder: only here
         except ImportError:
-            sys.exit("No ANTHROPIC_API_KEY set, and agents/offline.py (the offline demo) is not next to this script.")
+            sys.exit("No ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN is set, and agents/offline "
+                     "(the offline demo) is not next to this script.")
         sys.exit(offline.run(__file__, sys.argv))
     try:  # s11: quitting the lead must not strand its workers' tasks
         MAILBOX.root.mkdir(parents=True, exist_ok=True)  # s11: the session --worker processes join: this one

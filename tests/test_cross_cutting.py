@@ -3,7 +3,7 @@
 - base identity: each step names its base ("Base: s07_task_system.py"); the base's lines
   appear in the step unchanged except lines marked `# sNN: <why>`, and the step's own code
   sits in its docstring and its banner blocks ("# -- s09: ..."), so `diff -u base step` is
-  the lesson; line budgets, and every function a step defines is used in it;
+  the lesson; code-token budgets, and every function a step defines is used in it;
 - docs parity: docs/en/<step>.md and docs/zh/<step>.md exist, with the same sections
   and the same code;
 - snippet drift: every ```python block of a walkthrough appears verbatim in its script;
@@ -14,9 +14,11 @@
 
 import ast
 import difflib
+import io
 import re
 import subprocess
 import sys
+import tokenize
 
 import pytest
 from conftest import AGENTS, REPO, STEPS
@@ -24,10 +26,9 @@ from conftest import AGENTS, REPO, STEPS
 SPINE = "s01_agent_loop"
 MARK = re.compile(r"#\s*s\d\d:\s*\S")
 DEMO_SECONDS = {"s11_autonomous": 20}  # every other step: 5 s
-BUDGETS = {"s01_agent_loop": 400, "s03_todo": 550, "s06_compact": 700, "s07_task_system": 750,
-           "s09_team": 1100, "s11_autonomous": 1400}  # lines of the whole file, until code-token
-# budgets replace them (the readability redesign: s01 the minimal loop, s02 the real world)
-MAX_GROWTH = 400  # lines a step may add over its base
+TOTAL_TOKENS = {"s01_agent_loop": 1000}  # the spine, whole
+OWN_TOKENS = {"s02_tool_use": 1800, "s03_todo": 950, "s06_compact": 1800, "s07_task_system": 2800,
+              "s09_team": 2500, "s11_autonomous": 2000}  # what a step's diff against its base adds
 
 
 def source(step: str) -> str:
@@ -93,8 +94,9 @@ def test_base_identity_the_diff_against_the_base_is_the_lesson(step):
 
 def test_the_spine_names_no_base_and_the_ladder_is_the_documented_one():
     assert "Base: none" in ast.get_docstring(ast.parse(source(SPINE)))
-    expected = {"s03_todo": SPINE, "s06_compact": SPINE, "s07_task_system": SPINE,
-                "s09_team": "s07_task_system", "s11_autonomous": "s09_team"}
+    expected = {"s02_tool_use": SPINE, "s03_todo": "s02_tool_use", "s06_compact": "s02_tool_use",
+                "s07_task_system": "s02_tool_use", "s09_team": "s07_task_system",
+                "s11_autonomous": "s09_team"}
     assert {step: base_of(step) for step in LATER_STEPS} == expected
 
 
@@ -110,13 +112,56 @@ def test_base_identity_check_can_fail():
     assert unmarked_changes(base, ["def f():", "    x = 1", "    return 2  # s03: why"]) != []
 
 
+SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+           tokenize.ENDMARKER, tokenize.ENCODING}
+
+
+def code_tokens(text: str, lines: set | None = None) -> int:
+    """Python's own tokens of the code (the module docstring, comments and layout do not
+    count, so joining lines gains nothing); only those on `lines` (1-based) when given.
+    An f-string counts as one token, as Python 3.11's tokenizer reads it."""
+    first = ast.parse(text).body[0]
+    doc = range(first.lineno, first.end_lineno + 1) if isinstance(first, ast.Expr) else range(0)
+    count = 0
+    depth = 0
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        kind = tokenize.tok_name[token.type]
+        if kind == "FSTRING_START":
+            depth += 1
+        if depth:
+            depth -= kind == "FSTRING_END"
+            count += kind == "FSTRING_END" and (lines is None or token.start[0] in lines)
+            continue
+        if token.type in SKIPPED or token.start[0] in doc or (lines and token.start[0] not in lines):
+            continue
+        count += 1
+    return count
+
+
+def added_lines(base: list, step: list) -> set:
+    """1-based numbers of the lines the diff against the base adds (marked lines too)."""
+    matcher = difflib.SequenceMatcher(a=base, b=step, autojunk=False)
+    return {j + 1 for op, _, _, b1, b2 in matcher.get_opcodes() if op in ("replace", "insert")
+            for j in range(b1, b2)}
+
+
 @pytest.mark.parametrize("step", STEPS)
-def test_line_budget(step):
-    lines = len(source(step).splitlines())
-    assert lines <= BUDGETS[step], f"{step} has {lines} lines; its budget is {BUDGETS[step]}"
-    base = base_of(step)
-    if base:
-        assert lines - len(source(base).splitlines()) <= MAX_GROWTH, f"{step} adds more than {MAX_GROWTH} lines"
+def test_token_budget(step):
+    text = source(step)
+    if step in TOTAL_TOKENS:
+        assert code_tokens(text) <= TOTAL_TOKENS[step], f"{step}: {code_tokens(text)} code tokens"
+        return
+    base = source(base_of(step)).splitlines()
+    own = code_tokens(text, added_lines(base, text.splitlines()))
+    assert own <= OWN_TOKENS[step], f"{step} adds {own} code tokens; its budget is {OWN_TOKENS[step]}"
+
+
+def test_the_token_count_ignores_layout_and_comments():
+    joined = '"""doc"""\nx = [1, 2]  # a comment\n'
+    spread = '"""doc"""\n\n# a comment\nx = [1,\n     2]\n'
+    assert code_tokens(joined) == code_tokens(spread) == 7  # x = [ 1 , 2 ]
+    assert code_tokens('"""d"""\nname = f"{a} and {b}"\n') == 3
+    assert code_tokens('"""d"""\nx = 1\ny = 2\n', lines={3}) == 3
 
 
 @pytest.mark.parametrize("step", STEPS)

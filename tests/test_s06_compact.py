@@ -183,7 +183,7 @@ def test_transcript_records_words_joined_to_a_recorded_turn(agent, standin, work
     standin.policy = ScriptedModel([ask_then_break, ["fine"]])
     type_lines("go", "and now?")
     agent.repl()
-    assert "[API error: BadRequestError" in capsys.readouterr().out
+    assert "[BadRequestError: " in capsys.readouterr().out
     lines = transcript_lines(agent)
     assert [line["role"] for line in lines] == ["user", "assistant", "user", "user", "assistant"]
     assert lines[2]["content"][0]["content"] == "content of f"

@@ -1,43 +1,34 @@
 """Scripted model for the s01 offline demo (not a real model: every turn is written here).
 
-The model reads a file, writes a checklist from it, tries an edit with the wrong text
-(the harness answers with an error result, and the loop goes on), reads the file again,
-makes the edit, checks it with bash and answers. Each step reacts to the real tool
-results it gets back.
+The model looks around with bash, in a reply shaped like those some endpoints send (two
+calls sharing one id: the harness repairs the reply and says so), counts lines, makes a
+slip (a file that is not there: the error comes back as a result and the loop goes on),
+and answers from what bash really printed.
 """
 
 from pathlib import Path
 
-from offline import latest_results, result_text, steps_since_prompt, tool_use
+from offline import QUIRKS, latest_results, result_text, steps_since_prompt, tool_use
 
-PROMPTS = ["Read notes.txt, turn it into a checklist in todo.md, mark the first item done, "
-           "and tell me how many lines todo.md has.",
-           "/help"]
+PROMPTS = ["Which Python file here is the longest?"]
 
 
 def setup(workdir: Path) -> None:
-    (workdir / "notes.txt").write_text("buy milk\ncall the plumber\nwater the plants\n", encoding="utf-8")
+    (workdir / "app.py").write_text("".join(f"print({n})\n" for n in range(40)), encoding="utf-8")
+    (workdir / "util.py").write_text("def helper():\n    return 1\n", encoding="utf-8")
 
 
-def policy(request: dict) -> list:
+def policy(request: dict):
     step = steps_since_prompt(request)
     results = [result_text(r) for r in latest_results(request)]
-    if step == 0:
-        return ["I'll start by reading the notes.", tool_use("read_file", {"path": "notes.txt"})]
-    if step == 1:
-        items = [line for line in results[0].splitlines() if line.strip()]
-        checklist = "".join(f"- [ ] {item}\n" for item in items)
-        return [tool_use("write_file", {"path": "todo.md", "content": "# TODO\n" + checklist})]
-    if step == 2:  # a slip a real model makes: the wrong capital letter
-        return [tool_use("edit_file", {"path": "todo.md", "old_text": "- [ ] Buy milk",
-                                       "new_text": "- [x] Buy milk"})]
-    if step == 3:
-        return ["That edit failed; let me look at the file again.", tool_use("read_file", {"path": "todo.md"})]
-    if step == 4:
-        return [tool_use("edit_file", {"path": "todo.md", "old_text": "- [ ] buy milk",
-                                       "new_text": "- [x] buy milk"})]
-    if step == 5:
-        return [tool_use("bash", {"command": "wc -l todo.md"})]
-    count = results[0].split()[0] if results and results[0] else "?"
-    return [f"Done: todo.md is a checklist of the notes with 'buy milk' ticked off. "
-            f"bash says it has {count} lines."]
+    if step == 0:  # two calls with the same id: stored as they are, the next request is a 400
+        reply = QUIRKS["duplicate_ids"](tool_use("bash", {"command": "ls"}))
+        reply.content[1]["input"] = {"command": "pwd"}
+        return reply
+    if step == 1:  # a slip a real model makes: a folder that does not exist
+        return ["Let me count the lines.", tool_use("bash", {"command": "wc -l src/*.py"})]
+    if step == 2:
+        return ["No src folder; the files are right here.", tool_use("bash", {"command": "wc -l *.py"})]
+    counts = [line.split() for line in results[0].splitlines() if line.strip().endswith(".py")]
+    longest = max(counts, key=lambda fields: int(fields[0]))
+    return [f"{longest[1]} is the longest, with {longest[0]} lines (bash: `wc -l *.py`)."]
