@@ -584,14 +584,20 @@ class Mailbox:
             raise ValueError(f"a message needs non-empty text, kind in {KINDS} and protocol in {PROTOCOLS}")
         message = {"id": secrets.token_hex(8), "from": sender, "to": to, "kind": kind, "protocol": protocol,
                    "reply_to": reply_to, "content": content, "at": datetime.now(timezone.utc).isoformat()}
+        line = (json.dumps(message, ensure_ascii=False) + "\n").encode("utf-8")  # unsendable text fails here
         path = self.path(to)
-        with file_lock(path.with_suffix(".lock")):
-            with open(path, "a+b", buffering=0) as handle:  # append mode, unbuffered: one write() per line
-                if handle.seek(0, os.SEEK_END):
-                    handle.seek(-1, os.SEEK_END)
-                    if handle.read(1) != b"\n":
-                        handle.write(b"\n")  # a writer killed mid-line left a fragment: end it, so it stays alone
-                handle.write((json.dumps(message, ensure_ascii=False) + "\n").encode("utf-8"))
+        with file_lock(path.with_suffix(".lock")), open(path, "a+b", buffering=0) as handle:  # append mode
+            size = handle.seek(0, os.SEEK_END)
+            handle.seek(max(size - 1, 0))
+            if size and handle.read(1) != b"\n":
+                line = b"\n" + line  # a writer killed mid-line left a fragment: end it, so it stays alone
+            try:
+                written = 0
+                while written < len(line):  # unbuffered, so a short write (a full disk, a size limit) is seen
+                    written += handle.write(line[written:])
+            except BaseException:  # a line is in the file whole or not at all: cut back what went out
+                handle.truncate(size)
+                raise
         with self.arrived:
             self.arrived.notify_all()
         return message["id"]

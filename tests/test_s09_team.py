@@ -119,6 +119,37 @@ def test_a_killed_writers_fragment_swallows_no_later_message(team, capsys):
     assert out.count("[mailbox] skipped a malformed line in") == 1 and str(team.MAILBOX.path("b")) in out
 
 
+@pytest.mark.skipif(os.name != "posix", reason="RLIMIT_FSIZE is POSIX")
+def test_a_send_the_disk_cannot_take_raises_and_leaves_the_mailbox_as_it_was(tmp_path):
+    """Today one unbuffered write took what fit, send() returned an id for a message nobody can
+    read, and a partial line stayed behind. The child ignores SIGXFSZ, so a write raises EFBIG."""
+    script = f"""
+import resource, signal, sys
+from pathlib import Path
+sys.path.insert(0, {str(AGENTS)!r})
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+import s09_team as team
+box = team.Mailbox(Path({str(tmp_path)!r}) / "session")
+box.send("b", "a", "first")
+before = box.path("b").read_bytes()
+resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 1000, len(before) + 1000))
+try:
+    print("sent", box.send("b", "a", "x" * 5000))
+except OSError as error:
+    print("raised", error.errno)
+print("unchanged", box.path("b").read_bytes() == before)
+box.send("b", "a", "small")
+print("read", [m["content"] for m in box.read("b")[0]])
+"""
+    import errno
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"raised {errno.EFBIG}", "unchanged True", "read ['first', 'small']"]
+    assert "[mailbox] skipped" not in done.stdout + done.stderr  # no partial line for a reader to trip on
+
+
 @pytest.mark.parametrize("line", ['{"id": [1], "from": "a", "kind": "request", "content": "x"}',
                                   '{"id": "1", "from": "a", "kind": "request", "content": {}}',
                                   '["not", "an", "object"]', "7"])
