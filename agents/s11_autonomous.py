@@ -895,23 +895,29 @@ def claimable(tasks: list[dict]) -> list[dict]:
 
 def claim(board: TaskBoard, task_id: int, owner: str) -> dict:
     """Compare-and-set: a claimable task becomes `owner`'s, in_progress with a lease. CONFLICT if
-    someone was faster - what the worker read a moment ago may be stale already."""
+    someone was faster - what the worker read a moment ago may be stale already. A worker's owner
+    is NAME@SESSION (claimed_by): sessions that share a board may each have an alice."""
     with board.locked():
         task = board.read(task_id)  # the check happens here, inside the lock, on what is on disk now
         blockers = {b: board.read(b) for b in task["blockedBy"]}
         if not (not task["owner"] and unblocked(task, blockers) or lease_expired(task)):
             raise TaskError("CONFLICT", f"task {task_id} is not claimable (it is {task['status']}, "
                                         f"owned by {task['owner'] or 'nobody'}); pick another")
-        task = {**task, "status": "in_progress", "owner": owner, "started_at": moment(),
-                "lease_until": moment(LEASE_SECONDS), "updated_at": moment()}
+        task = {**task, "status": "in_progress", "owner": owner.partition("@")[0],
+                "claimed_by": owner, "started_at": moment(), "lease_until": moment(LEASE_SECONDS),
+                "updated_at": moment()}
         write_json(board.path(task_id), task)
     return task
+
+def holding(task: dict, owners: set) -> bool:
+    """In progress under one of these claims (claimed_by: NAME@SESSION, not just the name)."""
+    return task["status"] == "in_progress" and task.get("claimed_by") in owners
 
 def renew(board: TaskBoard, task_id: int, owner: str) -> bool:
     """Push the lease on while `owner` still holds the claim; False once it does not."""
     with board.locked():
         task = board.read(task_id)
-        if task["status"] != "in_progress" or task["owner"] != owner:
+        if not holding(task, {owner}):
             return False
         write_json(board.path(task_id), {**task, "lease_until": moment(LEASE_SECONDS)})
     return True
@@ -920,22 +926,23 @@ def finish(board: TaskBoard, task_id: int, owner: str, status: str, result: str)
     """Record how the work ended - only while `owner` still holds the claim (a lapsed lease lost it)."""
     with board.locked():
         task = board.read(task_id)
-        if task["owner"] != owner or task["status"] not in ("in_progress", status):
+        if task.get("claimed_by") != owner or task["status"] not in ("in_progress", status):
             return False
         write_json(board.path(task_id), {**task, "status": status, "result": result, "lease_until": None,
                                          "updated_at": moment()})
     return True
 
 def release(board: TaskBoard, owners: set) -> list[int]:
-    """Give back every claim these (stopped) agents still hold, in one transaction: pending, unowned."""
-    found = [t["id"] for t in board.tasks() if t["status"] == "in_progress" and t["owner"] in owners]  # no lock yet
+    """Give back every claim these (stopped) agents still hold, in one transaction: pending,
+    unowned. Only their own: alice of another session sharing the board keeps what she holds."""
+    found = [t["id"] for t in board.tasks() if holding(t, owners)]  # a first look, without the lock
     if not found:
         return []
     with board.locked():
-        held = [t for t in map(board.read, found) if t["status"] == "in_progress" and t["owner"] in owners]
+        held = [t for t in map(board.read, found) if holding(t, owners)]
         for task in held:
             write_json(board.path(task["id"]), {**task, "status": "pending", "owner": "", "lease_until": None,
-                                                "updated_at": moment()})
+                                                "claimed_by": "", "updated_at": moment()})
     return [task["id"] for task in held]
 
 @contextlib.contextmanager
@@ -992,6 +999,7 @@ class AutonomousAgent(Teammate):
     def __init__(self, entry: dict, mailbox: Mailbox, board: TaskBoard):
         super().__init__(entry, mailbox, mailbox.size(entry["name"]))  # mail already there was for an earlier life
         self.board, self.role, self.done = board, entry["role"], []  # done: one line per finished piece
+        self.owner = f"{self.name}@{mailbox.root.name}"  # unique across sessions sharing the board
         self.history = self.fresh_history()
 
     def fresh_history(self) -> list:
@@ -1011,7 +1019,7 @@ class AutonomousAgent(Teammate):
             except Exception as error:  # a broken board or mailbox: say why instead of dying silently
                 reason = f"crashed: {type(error).__name__}: {error}"
             finally:  # neither a crash nor Ctrl-C may strand a task
-                returned = release(self.board, {self.name})
+                returned = release(self.board, {self.owner})
                 notify(f"[{self.name}] stopped: {reason}" + (f"; gave back {returned}" if returned else ""))
                 self.mailbox.send(LEAD, self.name, f"stopped: {reason}")
 
@@ -1034,7 +1042,7 @@ class AutonomousAgent(Teammate):
         """Claim the first claimable task and do it; False when there was nothing to claim."""
         for task in claimable(self.board.tasks()):
             try:
-                claimed = claim(self.board, task["id"], self.name)
+                claimed = claim(self.board, task["id"], self.owner)
             except TaskError:  # someone was faster: normal, and worth seeing
                 notify(f"[{self.name}] lost #{task['id']} to {self.board.read(task['id'])['owner'] or 'a change'}")
                 continue
@@ -1051,13 +1059,13 @@ class AutonomousAgent(Teammate):
         before = f" {previous} had it and stopped renewing its lease: check what is done already." if previous else ""
         add_user_text(self.history, f"Task #{task['id']}: {task['subject']}\n{task['description']}\nFinishing it "
                                     f"unblocks {waiting}.{before} Do it with your tools, then answer in one line.")
-        with heartbeat(self.board, task["id"], self.name):
+        with heartbeat(self.board, task["id"], self.owner):
             try:
                 status, note = "completed", teammate_turn(self.history, self.system)
             except Exception as error:  # an API error or a broken tool: the task failed, the worker goes on
                 close_turn(self.history, f"task #{task['id']} failed ({error!r}); it is not retried by itself")
                 status, note = "failed", f"{type(error).__name__}: {error}"
-        if not finish(self.board, task["id"], self.name, status, preview(note, 300)):
+        if not finish(self.board, task["id"], self.owner, status, preview(note, 300)):
             return notify(f"[{self.name}] #{task['id']} is no longer mine (its lease ran out, or it was changed): "
                           "result dropped")
         self.done.append(f"- task #{task['id']} {task['subject']}: {status}: {preview(note, 80)}")
@@ -1078,7 +1086,7 @@ def stop_autonomous() -> None:
         agent.stopping = True
     for agent in workers:
         agent.thread.join(timeout=2)  # a short wait; one still in a model call dies with the process
-    if returned := release(BOARD, {agent.name for agent in workers}):
+    if returned := release(BOARD, {agent.owner for agent in workers}):
         print(f"[team] gave back {returned} to the board: their workers stopped with the lead")
 
 def run_worker(argv: list[str]) -> int:

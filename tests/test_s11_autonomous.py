@@ -150,6 +150,38 @@ def test_release_gives_back_every_claim_of_the_named_agents_at_once(team):
         ("pending", ""), ("pending", ""), ("in_progress", "c"), ("pending", "")]
 
 
+def test_alice_of_one_session_going_idle_leaves_alice_of_another_her_task(team, standin):
+    """Today release() matched the bare name: the idle alice gave back the task the busy alice was
+    running, its result was dropped, and the job ran twice."""
+    gate, entered = threading.Event(), threading.Event()
+
+    def policy(request):
+        entered.set()
+        gate.wait(10)
+        return ["done"]
+    standin.policy = policy
+    team.IDLE_TIMEOUT = 0.3
+    team.BOARD.create("long job")
+    other = team.Mailbox(team.MAILBOX.root.parent / "other-session")  # a second lead on the same board
+    busy = team.AutonomousAgent({"name": "alice", "role": "autonomous worker", "prompt": "Work."}, other, team.BOARD)
+    busy.thread.start()
+    try:
+        assert entered.wait(10)
+        idle = spawn(team, "alice")  # the same name in this session: another mailbox, so allowed
+        idle.thread.join(timeout=10)
+        assert reports(team, "alice")[-1].startswith("stopped: idle")
+        task = team.BOARD.read(1)
+        assert (task["status"], task["owner"]) == ("in_progress", "alice")  # today: pending, nobody's
+        assert task["claimed_by"] == "alice@other-session"
+        assert not team.finish(team.BOARD, 1, idle.owner, "completed", "not mine")
+        assert not team.renew(team.BOARD, 1, idle.owner)
+    finally:
+        gate.set()
+    busy.thread.join(timeout=10)
+    assert (team.BOARD.read(1)["status"], team.BOARD.read(1)["result"]) == ("completed", "done")
+    assert len(standin.requests) == 1  # the job ran once
+
+
 def claim_all(team, worker, results):
     ids = list(range(1, 201))
     random.Random(worker).shuffle(ids)
