@@ -1013,15 +1013,28 @@ class AutonomousAgent(Teammate):
     def run(self) -> None:
         reason = "interrupted (Ctrl-C)"  # what is left if a KeyboardInterrupt ends the work
         with self.alive:  # the name is freed however this ends
-            self.mailbox.send(LEAD, self.name, "started: I take ready tasks from the board")
             try:
+                self.mailbox.send(LEAD, self.name, "started: I take ready tasks from the board")
                 reason = self.work()
-            except Exception as error:  # a broken board or mailbox: say why instead of dying silently
+            except CorruptFile as error:  # a board file that cannot be trusted: named, left alone
+                reason = f"the task board cannot be read: {error}"
+            except Exception as error:  # a broken mailbox, or a bug: say why, do not die silently
                 reason = f"crashed: {type(error).__name__}: {error}"
             finally:  # neither a crash nor Ctrl-C may strand a task
-                returned = release(self.board, {self.owner})
-                notify(f"[{self.name}] stopped: {reason}" + (f"; gave back {returned}" if returned else ""))
-                self.mailbox.send(LEAD, self.name, f"stopped: {reason}")
+                self.stop(reason)
+
+    def stop(self, reason: str) -> None:
+        """Give back my claims, say why I stopped (terminal, lead); never raises a second time."""
+        try:
+            returned = release(self.board, {self.owner})
+            gave_back = f"; gave back {returned}" if returned else ""
+        except (CorruptFile, TaskError, OSError) as error:  # most likely what stopped the work
+            gave_back = "" if str(error) in reason else f"; could not give back my claims: {error}"
+        notify(f"[{self.name}] stopped: {reason}{gave_back}")
+        try:
+            self.mailbox.send(LEAD, self.name, f"stopped: {reason}")
+        except (OSError, ValueError) as error:  # a broken mailbox: the terminal line must do
+            notify(f"[{self.name}] could not tell the lead: {error}")
 
     def work(self) -> str:
         """The loop, in order: mail, then the board, then a short wait. Returns why it ended."""
@@ -1086,7 +1099,11 @@ def stop_autonomous() -> None:
         agent.stopping = True
     for agent in workers:
         agent.thread.join(timeout=2)  # a short wait; one still in a model call dies with the process
-    if returned := release(BOARD, {agent.owner for agent in workers}):
+    try:
+        returned = release(BOARD, {agent.owner for agent in workers}) if workers else []
+    except (CorruptFile, TaskError, OSError) as error:  # quitting must not fail on a broken board
+        return print(f"[team] workers' claims not given back (their leases will lapse): {error}")
+    if returned:
         print(f"[team] gave back {returned} to the board: their workers stopped with the lead")
 
 def run_worker(argv: list[str]) -> int:

@@ -279,6 +279,30 @@ def test_a_failed_task_is_marked_failed_and_not_carried_into_the_next(team, stan
     assert standin.rejected == []
 
 
+def test_a_corrupt_task_file_stops_every_worker_cleanly_and_the_lead_hears_why(team, standin, capsys,
+                                                                               monkeypatch):
+    """Today each worker died with a traceback: release() in its finally raised the same error
+    again, so the lead never got "stopped", and quitting the lead raised it once more."""
+    crashes = []
+    monkeypatch.setattr(threading, "excepthook", crashes.append)
+    team.BOARD.create("fine")
+    team.BOARD.create("broken")
+    broken = team.BOARD.path(2)
+    broken.write_text("{not json")  # e.g. a hand edit gone wrong
+    for worker in [spawn(team, "w1"), spawn(team, "w2")]:
+        worker.thread.join(timeout=10)
+    assert team.run_worker(["s11", "--worker", "w3", "--session", team.MAILBOX.root.name]) == 0  # a process
+    assert crashes == [] and standin.requests == []
+    out = capsys.readouterr().out.splitlines()
+    for name in ("w1", "w2", "w3"):
+        [line] = [line for line in out if line.startswith(f"[{name}] stopped: ")]
+        assert line.startswith(f"[{name}] stopped: the task board cannot be read: {broken}: cannot be read as JSON")
+        assert reports(team, name)[-1] == line.removeprefix(f"[{name}] ")  # the lead hears the same line
+    team.stop_autonomous()  # quitting the lead on the same board: said, not raised
+    assert capsys.readouterr().out.startswith("[team] workers' claims not given back")
+    assert broken.read_text() == "{not json"  # left alone for a person to fix
+
+
 def test_identity_comes_first_again_after_the_history_restarts(team, standin):
     standin.policy = done_policy
     team.IDLE_TIMEOUT = 0.3
