@@ -894,9 +894,8 @@ def claimable(tasks: list[dict]) -> list[dict]:
     return [t for t in tasks if not t["owner"] and unblocked(t, by_id) or lease_expired(t)]
 
 def claim(board: TaskBoard, task_id: int, owner: str) -> dict:
-    """Compare-and-set: a claimable task becomes `owner`'s, in_progress with a lease. CONFLICT if
-    someone was faster - what the worker read a moment ago may be stale already. A worker's owner
-    is NAME@SESSION (claimed_by): sessions that share a board may each have an alice."""
+    """Compare-and-set: a claimable task becomes `owner`'s (NAME@SESSION), in_progress with a lease.
+    CONFLICT if someone was faster - what the worker read a moment ago may be stale already."""
     with board.locked():
         task = board.read(task_id)  # the check happens here, inside the lock, on what is on disk now
         blockers = {b: board.read(b) for b in task["blockedBy"]}
@@ -910,7 +909,7 @@ def claim(board: TaskBoard, task_id: int, owner: str) -> dict:
     return task
 
 def holding(task: dict, owners: set) -> bool:
-    """In progress under one of these claims (claimed_by: NAME@SESSION, not just the name)."""
+    """In progress under one of these claims: claimed_by, NAME@SESSION - never the bare name."""
     return task["status"] == "in_progress" and task.get("claimed_by") in owners
 
 def renew(board: TaskBoard, task_id: int, owner: str) -> bool:
@@ -933,8 +932,7 @@ def finish(board: TaskBoard, task_id: int, owner: str, status: str, result: str)
     return True
 
 def release(board: TaskBoard, owners: set) -> list[int]:
-    """Give back every claim these (stopped) agents still hold, in one transaction: pending,
-    unowned. Only their own: alice of another session sharing the board keeps what she holds."""
+    """Give back every claim these (stopped) owners still hold, at once: pending, unowned."""
     found = [t["id"] for t in board.tasks() if holding(t, owners)]  # a first look, without the lock
     if not found:
         return []
@@ -1111,23 +1109,32 @@ def run_worker(argv: list[str]) -> int:
     value = lambda flag: argv[argv.index(flag) + 1] if flag in argv[:-1] else None  # noqa: E731
     try:
         name = check_name(value("--worker"), "worker name")
+        if name == LEAD:  # it would read, and answer, the lead's own mail
+            raise ValueError(f"{LEAD!r} is the lead's own mailbox; pick another name")
         if client is None:
             raise ValueError("a worker calls the model: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN)")
         wanted = check_name(value("--session"), "session id") if "--session" in argv else "*"
-        sessions = sorted((WORKDIR / ".mailbox").glob(wanted), key=lambda folder: folder.stat().st_mtime)
-        if not sessions:
-            raise LookupError(f"no lead session in {WORKDIR / '.mailbox'}: start the lead first, or pass --session")
         entry = ROSTER.load().get(name) or {"name": name, "role": "autonomous worker", "prompt": WORKER_PROMPT}
-        worker = AutonomousAgent(entry, Mailbox(sessions[-1]), BOARD)  # the newest session, unless named
-    except (ValueError, LookupError, CorruptFile) as error:
+        worker = AutonomousAgent(entry, lead_session(wanted), BOARD)  # the newest, unless named
+    except (ValueError, LookupError, CorruptFile, OSError) as error:  # one line, not a traceback
         print(f"[worker] {error}", file=sys.stderr)
         return 2
-    notify(f"[{name}] joined session {sessions[-1].name} in {WORKDIR}")
+    notify(f"[{name}] joined session {worker.mailbox.root.name} in {WORKDIR}")
     try:
         worker.run()  # in this thread, so Ctrl-C lands in the work: a running command is killed with it
     except KeyboardInterrupt:
         return 130
     return 0
+
+def lead_session(wanted: str) -> Mailbox:
+    """The mailbox of the lead session a worker joins: `wanted` by its id, or with * the newest."""
+    root = WORKDIR / ".mailbox"
+    if root.is_file():  # glob would find no session in it, and "start the lead" would mislead
+        raise NotADirectoryError(f"{root} is a file, not the folder of lead sessions: move it away")
+    sessions = sorted((s for s in root.glob(wanted) if s.is_dir()), key=lambda s: s.stat().st_mtime)
+    if not sessions:
+        raise LookupError(f"no lead session in {root}: start the lead first, or pass --session")
+    return Mailbox(sessions[-1])
 
 AUTONOMOUS_TOOLS = [
     {"name": "team_spawn_autonomous",

@@ -130,7 +130,8 @@ def test_a_cursor_past_the_end_of_a_replaced_file_reads_it_from_the_start(team, 
     assert [m["content"] for m in messages] == ["after the cut"]
     assert after == team.MAILBOX.path("b").stat().st_size
     out = capsys.readouterr().out.splitlines()
-    assert out == [f"[mailbox] {team.MAILBOX.path('b')} is shorter than the {offset} bytes read: read from the start"]
+    path = team.MAILBOX.path("b")
+    assert out == [f"[mailbox] {path} is shorter than the {offset} bytes read: read from the start"]
     assert team.MAILBOX.read("b", after) == ([], after)  # said once: the new offset is good
 
 
@@ -141,7 +142,8 @@ def test_a_reply_into_a_cut_mailbox_reaches_the_waiter(team):
         team.MAILBOX.send("lead", "x", f"old news {n}")
     start = team.MAILBOX.size("lead")
     found = []
-    waiter = threading.Thread(target=lambda: found.append(team.MAILBOX.await_reply("lead", asked, start, 10)[0]))
+    waiter = threading.Thread(
+        target=lambda: found.append(team.MAILBOX.await_reply("lead", asked, start, 10)[0]))
     waiter.start()
     with open(team.MAILBOX.path("lead"), "r+b") as handle:
         handle.truncate(0)  # cut while the lead waits
@@ -175,10 +177,12 @@ print("read", [m["content"] for m in box.read("b")[0]])
     import errno
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [f"raised {errno.EFBIG}", "unchanged True", "read ['first', 'small']"]
-    assert "[mailbox] skipped" not in done.stdout + done.stderr  # no partial line for a reader to trip on
+    assert done.stdout.splitlines() == [f"raised {errno.EFBIG}", "unchanged True",
+                                        "read ['first', 'small']"]
+    assert "[mailbox] skipped" not in done.stdout + done.stderr  # no partial line to trip on
 
 
 @pytest.mark.parametrize("line", ['{"id": [1], "from": "a", "kind": "request", "content": "x"}',
