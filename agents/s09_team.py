@@ -764,14 +764,19 @@ class Mailbox:
             raise ValueError(f"a message needs non-empty text, kind in {KINDS} and protocol in {PROTOCOLS}")
         message = {"id": secrets.token_hex(8), "from": sender, "to": to, "kind": kind, "protocol": protocol,
                    "reply_to": reply_to, "content": content, "at": datetime.now(timezone.utc).isoformat()}
+        line = (json.dumps(message, ensure_ascii=False) + "\n").encode("utf-8")
         path = self.path(to)
-        with file_lock(path.with_suffix(".lock")):
-            with open(path, "a+b", buffering=0) as handle:  # append mode, unbuffered: one write() per line
-                if handle.seek(0, os.SEEK_END):
-                    handle.seek(-1, os.SEEK_END)
-                    if handle.read(1) != b"\n":
-                        handle.write(b"\n")  # a writer killed mid-line left a fragment: end it, so it stays alone
-                handle.write((json.dumps(message, ensure_ascii=False) + "\n").encode("utf-8"))
+        with file_lock(path.with_suffix(".lock")), open(path, "a+b", buffering=0) as handle:
+            size = handle.seek(0, os.SEEK_END)  # append mode: every write lands at the end
+            handle.seek(max(size - 1, 0))
+            if size and handle.read(1) != b"\n":
+                line = b"\n" + line  # a writer killed mid-line left a fragment: end it
+            try:
+                while line:  # unbuffered: a short write (a full disk, a size limit) is seen
+                    line = line[handle.write(line):]
+            except BaseException:  # a line goes in whole or not at all: cut back what went out
+                handle.truncate(size)
+                raise
         with self.arrived:
             self.arrived.notify_all()
         return message["id"]
@@ -785,6 +790,9 @@ class Mailbox:
     def read(self, agent: str, offset: int = 0) -> tuple[list[dict], int]:
         """The complete messages after byte `offset`, and the offset to read from next time."""
         path = self.path(agent)
+        if offset > self.size(agent):  # replaced or cut: what the offset counted is gone
+            notify(f"[mailbox] {path} is shorter than the {offset} bytes read: read from the start")
+            offset = 0
         try:
             with open(path, "rb") as handle:
                 handle.seek(offset)
@@ -804,9 +812,9 @@ class Mailbox:
         return messages, offset + len(data)
 
     def wait(self, agent: str, offset: int, timeout: float) -> bool:
-        """Until the mailbox holds more than `offset` bytes (another process may write it); False on timeout."""
+        """Until its size is not `offset` (a send by any process, or a cut); False on timeout."""
         deadline = time.monotonic() + timeout
-        while self.size(agent) <= offset:
+        while self.size(agent) == offset:
             if time.monotonic() >= deadline:
                 return False
             with self.arrived:  # woken at once by a send in this process; other processes: checked every 50 ms

@@ -768,14 +768,19 @@ class Mailbox:
             raise ValueError(f"a message needs non-empty text, kind in {KINDS} and protocol in {PROTOCOLS}")
         message = {"id": secrets.token_hex(8), "from": sender, "to": to, "kind": kind, "protocol": protocol,
                    "reply_to": reply_to, "content": content, "at": datetime.now(timezone.utc).isoformat()}
+        line = (json.dumps(message, ensure_ascii=False) + "\n").encode("utf-8")
         path = self.path(to)
-        with file_lock(path.with_suffix(".lock")):
-            with open(path, "a+b", buffering=0) as handle:  # append mode, unbuffered: one write() per line
-                if handle.seek(0, os.SEEK_END):
-                    handle.seek(-1, os.SEEK_END)
-                    if handle.read(1) != b"\n":
-                        handle.write(b"\n")  # a writer killed mid-line left a fragment: end it, so it stays alone
-                handle.write((json.dumps(message, ensure_ascii=False) + "\n").encode("utf-8"))
+        with file_lock(path.with_suffix(".lock")), open(path, "a+b", buffering=0) as handle:
+            size = handle.seek(0, os.SEEK_END)  # append mode: every write lands at the end
+            handle.seek(max(size - 1, 0))
+            if size and handle.read(1) != b"\n":
+                line = b"\n" + line  # a writer killed mid-line left a fragment: end it
+            try:
+                while line:  # unbuffered: a short write (a full disk, a size limit) is seen
+                    line = line[handle.write(line):]
+            except BaseException:  # a line goes in whole or not at all: cut back what went out
+                handle.truncate(size)
+                raise
         with self.arrived:
             self.arrived.notify_all()
         return message["id"]
@@ -789,6 +794,9 @@ class Mailbox:
     def read(self, agent: str, offset: int = 0) -> tuple[list[dict], int]:
         """The complete messages after byte `offset`, and the offset to read from next time."""
         path = self.path(agent)
+        if offset > self.size(agent):  # replaced or cut: what the offset counted is gone
+            notify(f"[mailbox] {path} is shorter than the {offset} bytes read: read from the start")
+            offset = 0
         try:
             with open(path, "rb") as handle:
                 handle.seek(offset)
@@ -808,9 +816,9 @@ class Mailbox:
         return messages, offset + len(data)
 
     def wait(self, agent: str, offset: int, timeout: float) -> bool:
-        """Until the mailbox holds more than `offset` bytes (another process may write it); False on timeout."""
+        """Until its size is not `offset` (a send by any process, or a cut); False on timeout."""
         deadline = time.monotonic() + timeout
-        while self.size(agent) <= offset:
+        while self.size(agent) == offset:
             if time.monotonic() >= deadline:
                 return False
             with self.arrived:  # woken at once by a send in this process; other processes: checked every 50 ms
@@ -1070,24 +1078,29 @@ def claimable(tasks: list[dict]) -> list[dict]:
     return [t for t in tasks if not t["owner"] and unblocked(t, by_id) or lease_expired(t)]
 
 def claim(board: TaskBoard, task_id: int, owner: str) -> dict:
-    """Compare-and-set: a claimable task becomes `owner`'s, in_progress with a lease. CONFLICT if
-    someone was faster - what the worker read a moment ago may be stale already."""
+    """Compare-and-set: a claimable task becomes `owner`'s (NAME@SESSION), in_progress with a lease.
+    CONFLICT if someone was faster - what the worker read a moment ago may be stale already."""
     with board.locked():
         task = board.read(task_id)  # the check happens here, inside the lock, on what is on disk now
         blockers = {b: board.read(b) for b in task["blockedBy"]}
         if not (not task["owner"] and unblocked(task, blockers) or lease_expired(task)):
             raise TaskError("CONFLICT", f"task {task_id} is not claimable (it is {task['status']}, "
                                         f"owned by {task['owner'] or 'nobody'}); pick another")
-        task = {**task, "status": "in_progress", "owner": owner, "started_at": moment(),
-                "lease_until": moment(LEASE_SECONDS), "updated_at": moment()}
+        task = {**task, "status": "in_progress", "owner": owner.partition("@")[0],
+                "claimed_by": owner, "started_at": moment(), "lease_until": moment(LEASE_SECONDS),
+                "updated_at": moment()}
         write_json(board.path(task_id), task)
     return task
+
+def holding(task: dict, owners: set) -> bool:
+    """In progress under one of these claims: claimed_by, NAME@SESSION - never the bare name."""
+    return task["status"] == "in_progress" and task.get("claimed_by") in owners
 
 def renew(board: TaskBoard, task_id: int, owner: str) -> bool:
     """Push the lease on while `owner` still holds the claim; False once it does not."""
     with board.locked():
         task = board.read(task_id)
-        if task["status"] != "in_progress" or task["owner"] != owner:
+        if not holding(task, {owner}):
             return False
         write_json(board.path(task_id), {**task, "lease_until": moment(LEASE_SECONDS)})
     return True
@@ -1096,22 +1109,22 @@ def finish(board: TaskBoard, task_id: int, owner: str, status: str, result: str)
     """Record how the work ended - only while `owner` still holds the claim (a lapsed lease lost it)."""
     with board.locked():
         task = board.read(task_id)
-        if task["owner"] != owner or task["status"] not in ("in_progress", status):
+        if task.get("claimed_by") != owner or task["status"] not in ("in_progress", status):
             return False
         write_json(board.path(task_id), {**task, "status": status, "result": result, "lease_until": None,
                                          "updated_at": moment()})
     return True
 
 def release(board: TaskBoard, owners: set) -> list[int]:
-    """Give back every claim these (stopped) agents still hold, in one transaction: pending, unowned."""
-    found = [t["id"] for t in board.tasks() if t["status"] == "in_progress" and t["owner"] in owners]  # no lock yet
+    """Give back every claim these (stopped) owners still hold, at once: pending, unowned."""
+    found = [t["id"] for t in board.tasks() if holding(t, owners)]  # a first look, without the lock
     if not found:
         return []
     with board.locked():
-        held = [t for t in map(board.read, found) if t["status"] == "in_progress" and t["owner"] in owners]
+        held = [t for t in map(board.read, found) if holding(t, owners)]
         for task in held:
             write_json(board.path(task["id"]), {**task, "status": "pending", "owner": "", "lease_until": None,
-                                                "updated_at": moment()})
+                                                "claimed_by": "", "updated_at": moment()})
     return [task["id"] for task in held]
 
 @contextlib.contextmanager
@@ -1168,6 +1181,7 @@ class AutonomousAgent(Teammate):
     def __init__(self, entry: dict, mailbox: Mailbox, board: TaskBoard):
         super().__init__(entry, mailbox, mailbox.size(entry["name"]))  # mail already there was for an earlier life
         self.board, self.role, self.done = board, entry["role"], []  # done: one line per finished piece
+        self.owner = f"{self.name}@{mailbox.root.name}"  # unique across sessions sharing the board
         self.history = self.fresh_history()
 
     def fresh_history(self) -> list:
@@ -1181,15 +1195,28 @@ class AutonomousAgent(Teammate):
     def run(self) -> None:
         reason = "interrupted (Ctrl-C)"  # what is left if a KeyboardInterrupt ends the work
         with self.alive:  # the name is freed however this ends
-            self.mailbox.send(LEAD, self.name, "started: I take ready tasks from the board")
             try:
+                self.mailbox.send(LEAD, self.name, "started: I take ready tasks from the board")
                 reason = self.work()
-            except Exception as error:  # a broken board or mailbox: say why instead of dying silently
+            except CorruptFile as error:  # a board file that cannot be trusted: named, left alone
+                reason = f"the task board cannot be read: {error}"
+            except Exception as error:  # a broken mailbox, or a bug: say why, do not die silently
                 reason = f"crashed: {type(error).__name__}: {error}"
             finally:  # neither a crash nor Ctrl-C may strand a task
-                returned = release(self.board, {self.name})
-                notify(f"[{self.name}] stopped: {reason}" + (f"; gave back {returned}" if returned else ""))
-                self.mailbox.send(LEAD, self.name, f"stopped: {reason}")
+                self.stop(reason)
+
+    def stop(self, reason: str) -> None:
+        """Give back my claims, say why I stopped (terminal, lead); never raises a second time."""
+        try:
+            returned = release(self.board, {self.owner})
+            gave_back = f"; gave back {returned}" if returned else ""
+        except (CorruptFile, TaskError, OSError) as error:  # most likely what stopped the work
+            gave_back = "" if str(error) in reason else f"; could not give back my claims: {error}"
+        notify(f"[{self.name}] stopped: {reason}{gave_back}")
+        try:
+            self.mailbox.send(LEAD, self.name, f"stopped: {reason}")
+        except (OSError, ValueError) as error:  # a broken mailbox: the terminal line must do
+            notify(f"[{self.name}] could not tell the lead: {error}")
 
     def work(self) -> str:
         """The loop, in order: mail, then the board, then a short wait. Returns why it ended."""
@@ -1210,7 +1237,7 @@ class AutonomousAgent(Teammate):
         """Claim the first claimable task and do it; False when there was nothing to claim."""
         for task in claimable(self.board.tasks()):
             try:
-                claimed = claim(self.board, task["id"], self.name)
+                claimed = claim(self.board, task["id"], self.owner)
             except TaskError:  # someone was faster: normal, and worth seeing
                 notify(f"[{self.name}] lost #{task['id']} to {self.board.read(task['id'])['owner'] or 'a change'}")
                 continue
@@ -1227,13 +1254,13 @@ class AutonomousAgent(Teammate):
         before = f" {previous} had it and stopped renewing its lease: check what is done already." if previous else ""
         add_user_text(self.history, f"Task #{task['id']}: {task['subject']}\n{task['description']}\nFinishing it "
                                     f"unblocks {waiting}.{before} Do it with your tools, then answer in one line.")
-        with heartbeat(self.board, task["id"], self.name):
+        with heartbeat(self.board, task["id"], self.owner):
             try:
                 status, note = "completed", teammate_turn(self.history, self.system)
             except Exception as error:  # an API error or a broken tool: the task failed, the worker goes on
                 close_turn(self.history, f"task #{task['id']} failed ({error!r}); it is not retried by itself")
                 status, note = "failed", f"{type(error).__name__}: {error}"
-        if not finish(self.board, task["id"], self.name, status, preview(note, 300)):
+        if not finish(self.board, task["id"], self.owner, status, preview(note, 300)):
             return notify(f"[{self.name}] #{task['id']} is no longer mine (its lease ran out, or it was changed): "
                           "result dropped")
         self.done.append(f"- task #{task['id']} {task['subject']}: {status}: {preview(note, 80)}")
@@ -1254,7 +1281,11 @@ def stop_autonomous() -> None:
         agent.stopping = True
     for agent in workers:
         agent.thread.join(timeout=2)  # a short wait; one still in a model call dies with the process
-    if returned := release(BOARD, {agent.name for agent in workers}):
+    try:
+        returned = release(BOARD, {agent.owner for agent in workers}) if workers else []
+    except (CorruptFile, TaskError, OSError) as error:  # quitting must not fail on a broken board
+        return print(f"[team] workers' claims not given back (their leases will lapse): {error}")
+    if returned:
         print(f"[team] gave back {returned} to the board: their workers stopped with the lead")
 
 def run_worker(argv: list[str]) -> int:
@@ -1262,23 +1293,32 @@ def run_worker(argv: list[str]) -> int:
     value = lambda flag: argv[argv.index(flag) + 1] if flag in argv[:-1] else None  # noqa: E731
     try:
         name = check_name(value("--worker"), "worker name")
+        if name == LEAD:  # it would read, and answer, the lead's own mail
+            raise ValueError(f"{LEAD!r} is the lead's own mailbox; pick another name")
         if client is None:
             raise ValueError("a worker calls the model: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN)")
         wanted = check_name(value("--session"), "session id") if "--session" in argv else "*"
-        sessions = sorted((WORKDIR / ".mailbox").glob(wanted), key=lambda folder: folder.stat().st_mtime)
-        if not sessions:
-            raise LookupError(f"no lead session in {WORKDIR / '.mailbox'}: start the lead first, or pass --session")
         entry = ROSTER.load().get(name) or {"name": name, "role": "autonomous worker", "prompt": WORKER_PROMPT}
-        worker = AutonomousAgent(entry, Mailbox(sessions[-1]), BOARD)  # the newest session, unless named
-    except (ValueError, LookupError, CorruptFile) as error:
+        worker = AutonomousAgent(entry, lead_session(wanted), BOARD)  # the newest, unless named
+    except (ValueError, LookupError, CorruptFile, OSError) as error:  # one line, not a traceback
         print(f"[worker] {error}", file=sys.stderr)
         return 2
-    notify(f"[{name}] joined session {sessions[-1].name} in {WORKDIR}")
+    notify(f"[{name}] joined session {worker.mailbox.root.name} in {WORKDIR}")
     try:
         worker.run()  # in this thread, so Ctrl-C lands in the work: a running command is killed with it
     except KeyboardInterrupt:
         return 130
     return 0
+
+def lead_session(wanted: str) -> Mailbox:
+    """The mailbox of the lead session a worker joins: `wanted` by its id, or with * the newest."""
+    root = WORKDIR / ".mailbox"
+    if root.is_file():  # glob would find no session in it, and "start the lead" would mislead
+        raise NotADirectoryError(f"{root} is a file, not the folder of lead sessions: move it away")
+    sessions = sorted((s for s in root.glob(wanted) if s.is_dir()), key=lambda s: s.stat().st_mtime)
+    if not sessions:
+        raise LookupError(f"no lead session in {root}: start the lead first, or pass --session")
+    return Mailbox(sessions[-1])
 
 AUTONOMOUS_TOOLS = [
     {"name": "team_spawn_autonomous",

@@ -119,6 +119,72 @@ def test_a_killed_writers_fragment_swallows_no_later_message(team, capsys):
     assert out.count("[mailbox] skipped a malformed line in") == 1 and str(team.MAILBOX.path("b")) in out
 
 
+def test_a_cursor_past_the_end_of_a_replaced_file_reads_it_from_the_start(team, capsys):
+    """Today the offset pointed past the end of the new file, and every later message was missed."""
+    for n in range(3):
+        team.MAILBOX.send("b", "a", f"old {n}")
+    _, offset = team.MAILBOX.read("b")
+    team.MAILBOX.path("b").unlink()  # replaced: e.g. cleaned up by hand, or by the model's bash
+    team.MAILBOX.send("b", "a", "after the cut")
+    messages, after = team.MAILBOX.read("b", offset)
+    assert [m["content"] for m in messages] == ["after the cut"]
+    assert after == team.MAILBOX.path("b").stat().st_size
+    out = capsys.readouterr().out.splitlines()
+    path = team.MAILBOX.path("b")
+    assert out == [f"[mailbox] {path} is shorter than the {offset} bytes read: read from the start"]
+    assert team.MAILBOX.read("b", after) == ([], after)  # said once: the new offset is good
+
+
+def test_a_reply_into_a_cut_mailbox_reaches_the_waiter(team):
+    """Today wait() slept until the mailbox grew past the old offset, so the answer timed out."""
+    asked = team.MAILBOX.send("x", "lead", "question", "request")
+    for n in range(3):
+        team.MAILBOX.send("lead", "x", f"old news {n}")
+    start = team.MAILBOX.size("lead")
+    found = []
+    waiter = threading.Thread(
+        target=lambda: found.append(team.MAILBOX.await_reply("lead", asked, start, 10)[0]))
+    waiter.start()
+    with open(team.MAILBOX.path("lead"), "r+b") as handle:
+        handle.truncate(0)  # cut while the lead waits
+    team.MAILBOX.send("lead", "x", "the answer", "response", reply_to=asked)
+    waiter.join(timeout=15)
+    assert found and found[0] is not None and found[0]["content"] == "the answer"
+
+
+@pytest.mark.skipif(os.name != "posix", reason="RLIMIT_FSIZE is POSIX")
+def test_a_send_the_disk_cannot_take_raises_and_leaves_the_mailbox_as_it_was(tmp_path):
+    """Today one unbuffered write took what fit, send() returned an id for a message nobody can
+    read, and a partial line stayed behind. The child ignores SIGXFSZ, so a write raises EFBIG."""
+    script = f"""
+import resource, signal, sys
+from pathlib import Path
+sys.path.insert(0, {str(AGENTS)!r})
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+import s09_team as team
+box = team.Mailbox(Path({str(tmp_path)!r}) / "session")
+box.send("b", "a", "first")
+before = box.path("b").read_bytes()
+resource.setrlimit(resource.RLIMIT_FSIZE, (len(before) + 1000, len(before) + 1000))
+try:
+    print("sent", box.send("b", "a", "x" * 5000))
+except OSError as error:
+    print("raised", error.errno)
+print("unchanged", box.path("b").read_bytes() == before)
+box.send("b", "a", "small")
+print("read", [m["content"] for m in box.read("b")[0]])
+"""
+    import errno
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [f"raised {errno.EFBIG}", "unchanged True",
+                                        "read ['first', 'small']"]
+    assert "[mailbox] skipped" not in done.stdout + done.stderr  # no partial line to trip on
+
+
 @pytest.mark.parametrize("line", ['{"id": [1], "from": "a", "kind": "request", "content": "x"}',
                                   '{"id": "1", "from": "a", "kind": "request", "content": {}}',
                                   '["not", "an", "object"]', "7"])

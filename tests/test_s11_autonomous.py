@@ -12,6 +12,7 @@ import multiprocessing
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -150,6 +151,39 @@ def test_release_gives_back_every_claim_of_the_named_agents_at_once(team):
         ("pending", ""), ("pending", ""), ("in_progress", "c"), ("pending", "")]
 
 
+def test_alice_of_one_session_going_idle_leaves_alice_of_another_her_task(team, standin):
+    """Today release() matched the bare name: the idle alice gave back the task the busy alice was
+    running, its result was dropped, and the job ran twice."""
+    gate, entered = threading.Event(), threading.Event()
+
+    def policy(request):
+        entered.set()
+        gate.wait(10)
+        return ["done"]
+    standin.policy = policy
+    team.IDLE_TIMEOUT = 0.3
+    team.BOARD.create("long job")
+    other = team.Mailbox(team.MAILBOX.root.parent / "other-session")  # a second lead, same board
+    entry = {"name": "alice", "role": "autonomous worker", "prompt": "Work."}
+    busy = team.AutonomousAgent(entry, other, team.BOARD)
+    busy.thread.start()
+    try:
+        assert entered.wait(10)
+        idle = spawn(team, "alice")  # the same name in this session: another mailbox, so allowed
+        idle.thread.join(timeout=10)
+        assert reports(team, "alice")[-1].startswith("stopped: idle")
+        task = team.BOARD.read(1)
+        assert (task["status"], task["owner"]) == ("in_progress", "alice")  # today: pending
+        assert task["claimed_by"] == "alice@other-session"
+        assert not team.finish(team.BOARD, 1, idle.owner, "completed", "not mine")
+        assert not team.renew(team.BOARD, 1, idle.owner)
+    finally:
+        gate.set()
+    busy.thread.join(timeout=10)
+    assert (team.BOARD.read(1)["status"], team.BOARD.read(1)["result"]) == ("completed", "done")
+    assert len(standin.requests) == 1  # the job ran once
+
+
 def claim_all(team, worker, results):
     ids = list(range(1, 201))
     random.Random(worker).shuffle(ids)
@@ -245,6 +279,32 @@ def test_a_failed_task_is_marked_failed_and_not_carried_into_the_next(team, stan
     closed = next(i for i, w in enumerate(words) if w.startswith("Task #1:"))
     assert words[closed + 1].startswith("[not answered: task #1 failed") and "not retried" in words[closed + 1]
     assert standin.rejected == []
+
+
+def test_a_corrupt_task_file_stops_every_worker_cleanly_and_the_lead_hears_why(
+        team, standin, capsys, monkeypatch):
+    """Today each worker died with a traceback: release() in its finally raised the same error
+    again, so the lead never got "stopped", and quitting the lead raised it once more."""
+    crashes = []
+    monkeypatch.setattr(threading, "excepthook", crashes.append)
+    team.BOARD.create("fine")
+    team.BOARD.create("broken")
+    broken = team.BOARD.path(2)
+    broken.write_text("{not json")  # e.g. a hand edit gone wrong
+    for worker in [spawn(team, "w1"), spawn(team, "w2")]:
+        worker.thread.join(timeout=10)
+    session = team.MAILBOX.root.name
+    assert team.run_worker(["s11", "--worker", "w3", "--session", session]) == 0  # as a process
+    assert crashes == [] and standin.requests == []
+    out = capsys.readouterr().out.splitlines()
+    for name in ("w1", "w2", "w3"):
+        [line] = [line for line in out if line.startswith(f"[{name}] stopped: ")]
+        reason = f"the task board cannot be read: {broken}: cannot be read as JSON"
+        assert line.startswith(f"[{name}] stopped: {reason}")
+        assert reports(team, name)[-1] == line.removeprefix(f"[{name}] ")  # the lead: the same
+    team.stop_autonomous()  # quitting the lead on the same board: said, not raised
+    assert capsys.readouterr().out.startswith("[team] workers' claims not given back")
+    assert broken.read_text() == "{not json"  # left alone for a person to fix
 
 
 def test_identity_comes_first_again_after_the_history_restarts(team, standin):
@@ -397,6 +457,31 @@ def test_worker_flags_fail_clearly(team, capsys):
     team.client = None
     assert team.run_worker(["s11", "--worker", "w1"]) == 2
     assert "ANTHROPIC_API_KEY" in capsys.readouterr().err
+
+
+def test_worker_lead_and_a_mailbox_folder_that_is_a_file_are_refused_in_one_line(
+        team, standin, capsys, workdir):
+    """Today `--worker lead` started and read the lead's own mail, a session that is a file ended in
+    a traceback, and a .mailbox that is a file was called 'no lead session: start the lead'."""
+    team.MAILBOX.root.mkdir(parents=True)
+    team.IDLE_TIMEOUT = 0.3  # so today's `--worker lead` stops by itself
+    assert team.run_worker(["s11", "--worker", "lead", "--session", team.MAILBOX.root.name]) == 2
+    refused = "[worker] 'lead' is the lead's own mailbox; pick another name\n"
+    assert capsys.readouterr().err == refused
+    assert not team.MAILBOX.path(team.LEAD).exists()  # it never started: nothing sent, nothing read
+    (workdir / ".mailbox" / "stray").write_text("a file, not a session")
+    assert team.run_worker(["s11", "--worker", "w1", "--session", "stray"]) == 2
+    no_session = (f"[worker] no lead session in {workdir / '.mailbox'}: start the lead first, "
+                  "or pass --session\n")
+    assert capsys.readouterr().err == no_session
+    assert team.run_worker(["s11", "--worker", "w1"]) == 0  # the newest entry is the file: skipped
+    assert f"[w1] joined session {team.MAILBOX.root.name}" in capsys.readouterr().out
+    shutil.rmtree(workdir / ".mailbox")
+    (workdir / ".mailbox").write_text("a file where the sessions go")
+    assert team.run_worker(["s11", "--worker", "w1"]) == 2
+    is_a_file = f"[worker] {workdir / '.mailbox'} is a file, not the folder of lead sessions"
+    assert capsys.readouterr().err == is_a_file + ": move it away\n"
+    assert standin.requests == []
 
 
 def test_worker_processes_share_the_board_refuse_a_twin_and_give_back_on_ctrl_c(team, standin, workdir):
