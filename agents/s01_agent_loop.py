@@ -13,7 +13,7 @@ valid, whatever the model, the endpoint or the user does.
 
 Read in this order: agent_loop; add_reply and repair_reply (every reply enters the history
 through them, repaired); run_tool (every failure becomes a result); close_turn; the REPL.
-Run:  python agents/s01_agent_loop.py  [--demo: the offline demo even with a key]  [--trace run.html]
+Run:  python agents/s01_agent_loop.py  [--demo: offline even with a key]  [--trace run.html]
 """
 
 import json
@@ -107,7 +107,7 @@ def unique_id(raw, taken, repairs):
 def close_turn(messages, reason):
     """After anything: answer every tool_use left open, so the next request is valid."""
     if calls := [block for message in messages[-1:] for block in message["content"]
-                 if "input" in block]:  # the last message's tool_use blocks: only they have an input
+                 if "input" in block]:  # its tool_use blocks: only they have an input
         messages.append({"role": "user", "content": [run_tool(call, reason) for call in calls]})
 
 def add_user_text(messages, text):

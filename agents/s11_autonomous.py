@@ -80,7 +80,8 @@ def run_calls(messages, calls):  # s02: all answers in one user turn, also on Ct
     try:
         for call, not_run in calls:
             results.append(run_tool(call, not_run))
-            print(f"  {'ERROR ' if results[-1].get('is_error') else ''}{preview(results[-1]['content'])}")
+            print(f"  {'ERROR ' if results[-1].get('is_error') else ''}"
+                  f"{preview(results[-1]['content'])}")
     finally:  # only the calls that did not run are "interrupted"
         messages.append({"role": "user", "content": results + [
             run_tool(call, "interrupted by the user") for call, _ in calls[len(results):]]})
@@ -91,7 +92,8 @@ def call_model(messages, system=SYSTEM, tools=None, model=MODEL, echo=True):  # 
     try:
         with client.messages.stream(model=model, system=system, messages=messages,
                                     tools=TOOLS if tools is None else tools,
-                                    max_tokens=MAX_TOKENS, cache_control={"type": "ephemeral"}) as stream:
+                                    max_tokens=MAX_TOKENS,
+                                    cache_control={"type": "ephemeral"}) as stream:
             for event in stream if echo else ():
                 show(event)
             return stream.get_final_message()
@@ -173,7 +175,7 @@ def unique_id(raw, taken, repairs):
 def close_turn(messages, reason):
     """After anything: answer every tool_use left open, so the next request is valid."""
     if calls := [block for message in messages[-1:] for block in message["content"]
-                 if "input" in block]:  # the last message's tool_use blocks: only they have an input
+                 if "input" in block]:  # its tool_use blocks: only they have an input
         messages.append({"role": "user", "content": [run_tool(call, reason) for call in calls]})
     elif messages and messages[-1]["role"] == "user":  # s02: marked, so it is not redone
         add_user_text(messages, f"[not answered: {reason}]")
@@ -219,7 +221,7 @@ def safe_path(relative):
     return path
 
 def write_atomic(path, text):
-    """Write a temp file, then rename it over the target: a failure leaves the old file as it was."""
+    """Write a temp file, then rename it over the target: a failure leaves the old file."""
     if path.is_dir():  # the workspace itself, or a folder: refused before anything is written
         raise IsADirectoryError(f"{path.name or path} is a folder, not a file")
     mode = path.stat().st_mode if path.exists() else None  # a rewritten file keeps its mode
