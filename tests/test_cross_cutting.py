@@ -15,10 +15,13 @@
 import ast
 import difflib
 import io
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tokenize
+from pathlib import Path
 
 import pytest
 from conftest import AGENTS, REPO, STEPS
@@ -171,6 +174,18 @@ def test_every_function_and_method_is_used(step):
     unused = [name for name in defined if not name.startswith("__") and
               len(re.findall(rf"\b{re.escape(name)}\b", text)) < 2]
     assert not unused, f"{step} defines but never uses: {unused}"
+
+
+def test_lines_and_complexity_pass_ruff():
+    """ruff.toml: lines at most 100 characters, complexity at most 10 per function."""
+    ruff = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
+    if ruff is None:
+        if os.getenv("REQUIRE_RUFF"):
+            pytest.fail("ruff is required in CI (.ci/run installs it)")
+        pytest.skip("ruff is not installed")
+    done = subprocess.run([ruff, "check", "--no-cache", "agents", "tests"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr
 
 
 # -- Docs ------------------------------------------------------------------------------
