@@ -13,8 +13,10 @@ config folder points into a temp folder.
 import importlib.util
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -29,6 +31,19 @@ sys.path.insert(0, str(AGENTS))  # so tests can `import offline`
 from offline import StandIn, scripted_input  # noqa: E402
 
 STEPS = sorted(p.stem for p in AGENTS.glob("s[0-9][0-9]_*.py"))
+
+
+def pytest_configure(config):
+    """Ctrl-C reaches the tests however the suite was started.
+
+    A background job (`pytest &` in a non-interactive shell) starts with SIGINT ignored, and an
+    ignored signal stays ignored in every child, through fork and exec; Python then does not even
+    install its KeyboardInterrupt handler. The Ctrl-C tests (in this process, and in a step started
+    as a subprocess) would see nothing. So each pytest process - the xdist workers too - takes back
+    the handler a terminal gives it. A caught signal is reset to the default at exec, so every child
+    then starts as from a terminal: the subprocess tests need no preexec_fn or wrapper."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 collect_ignore = ["bench"]  # tests/bench/: benchmarks run by hand, never collected
