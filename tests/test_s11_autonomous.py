@@ -471,7 +471,9 @@ def test_offline_demo_shows_claims_a_kill_a_takeover_and_the_naive_race(offline_
     for name in ("alice", "bob", "carol"):
         assert f"[{name}] joined session" in out  # three real processes
     assert re.search(r"\[carol\] claimed #\d Job \d", out)
-    killed = int(re.search(r"\[demo\] killed carol \(pid \d+\) with SIGKILL while it held #(\d)", out).group(1))
+    killed = re.search(r"\[demo\] killed carol \(pid \d+\) with SIGKILL while it held #(\d)", out)
+    assert killed, "\n".join(line for line in out.splitlines() if line.startswith(("[demo]", "[carol]")))
+    killed = int(killed.group(1))
     assert re.search(rf"\[(alice|bob)\] claimed #{killed} Job {killed} - taken over from carol", out)
     for loser, task_id, winner in re.findall(r"\[(\w+)\] lost #(\d+) to (\w+)", out):
         assert {loser, winner} <= {"alice", "bob", "carol"} and loser != winner
