@@ -11,16 +11,24 @@ config folder points into a temp folder.
 """
 
 import importlib.util
+import json
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+try:
+    import fcntl  # the demo lock shared by xdist workers (POSIX); elsewhere each worker runs its own
+except ImportError:
+    fcntl = None
 
 REPO = Path(__file__).resolve().parent.parent
 AGENTS = REPO / "agents"
@@ -31,8 +39,27 @@ from offline import StandIn, scripted_input  # noqa: E402
 STEPS = sorted(p.stem for p in AGENTS.glob("s[0-9][0-9]_*.py"))
 
 
-def wait_until(condition, timeout: float = 5.0) -> bool:
-    """Poll `condition` until it holds or the deadline passes; the result says which."""
+def pytest_configure(config):
+    """Ctrl-C reaches the tests however the suite was started.
+
+    A background job (`pytest &` in a non-interactive shell) starts with SIGINT ignored, and an
+    ignored signal stays ignored in every child, through fork and exec; Python then does not even
+    install its KeyboardInterrupt handler. The Ctrl-C tests (in this process, and in a step started
+    as a subprocess) would see nothing. So each pytest process - the xdist workers too - takes back
+    the handler a terminal gives it. A caught signal is reset to the default at exec, so every child
+    then starts as from a terminal: the subprocess tests need no preexec_fn or wrapper."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+collect_ignore = ["bench"]  # tests/bench/: benchmarks run by hand, never collected
+
+
+def wait_until(condition, timeout: float = 30.0) -> bool:
+    """Poll `condition` until it holds or the deadline passes; the result says which.
+
+    The deadline only guards against a hang: it costs nothing while the condition comes true, so
+    it is generous (a busy machine may be many times slower than yours)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
@@ -65,6 +92,9 @@ def offline_env(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path_factory.mktemp("anthropic-config")))
 
 
+DEMO_TIMEOUT = 300  # s, only against a hang: a demo takes 3 s (s11: 16 s); tests/bench/bench_demos.py times them
+
+
 @dataclass
 class DemoRun:
     done: subprocess.CompletedProcess
@@ -77,23 +107,57 @@ class DemoRun:
 def offline_demo(tmp_path_factory):
     """`offline_demo(step)`: the step run with no credentials, as a learner first runs it.
 
-    Each demo runs once per test session; the cross-cutting checks and the step's own
-    test both read the same run.
+    Each demo runs once per test session, also across xdist workers: the cross-cutting checks,
+    the step's own test and the trace tests all read the same run. The first worker that needs a
+    demo runs it under a file lock and leaves the result as JSON in the folder all workers share
+    (the parent of each worker's basetemp, a folder of this run's own); the others wait on the
+    lock and read it.
     """
     runs = {}
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # set in xdist workers only
+    shared = None
+    if run_id and fcntl:
+        shared = tmp_path_factory.getbasetemp().parent / f"demos-{run_id}"
+        shared.mkdir(exist_ok=True)
 
     def run(step: str) -> DemoRun:
         if step not in runs:
-            cwd, trace = tmp_path_factory.mktemp(f"demo-{step}"), tmp_path_factory.mktemp(f"trace-{step}") / "run.html"
-            env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-            env.update(PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8",
-                       ANTHROPIC_CONFIG_DIR=str(tmp_path_factory.mktemp("anthropic-config")))
-            started = time.monotonic()
-            done = subprocess.run([sys.executable, str(AGENTS / f"{step}.py"), "--trace", str(trace)], text=True,
-                                  encoding="utf-8", capture_output=True, cwd=cwd, env=env, timeout=60,
-                                  stdin=subprocess.DEVNULL)
-            runs[step] = DemoRun(done, time.monotonic() - started, sorted(p.name for p in cwd.iterdir()), trace)
+            runs[step] = run_demo(step) if shared is None else run_demo_once(step)
         return runs[step]
+
+    def run_demo_once(step: str) -> DemoRun:
+        record = shared / f"{step}.json"
+        with open(shared / f"{step}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # held while another worker runs this demo; freed if it dies
+            if not record.exists():
+                demo = run_demo(step)
+                done = demo.done
+                partial = record.with_suffix(".partial")
+                partial.write_text(json.dumps({"args": done.args, "returncode": done.returncode, "stdout": done.stdout,
+                                               "stderr": done.stderr, "seconds": demo.seconds,
+                                               "left_behind": demo.left_behind, "trace": str(demo.trace)}),
+                                   encoding="utf-8")
+                os.replace(partial, record)
+                return demo
+        saved = json.loads(record.read_text(encoding="utf-8"))
+        done = subprocess.CompletedProcess(saved["args"], saved["returncode"], saved["stdout"], saved["stderr"])
+        return DemoRun(done, saved["seconds"], saved["left_behind"], Path(saved["trace"]))
+
+    def run_demo(step: str) -> DemoRun:
+        cwd, trace = tmp_path_factory.mktemp(f"demo-{step}"), tmp_path_factory.mktemp(f"trace-{step}") / "run.html"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+        env.update(PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8",
+                   ANTHROPIC_CONFIG_DIR=str(tmp_path_factory.mktemp("anthropic-config")))
+        command = [sys.executable, str(AGENTS / f"{step}.py"), "--trace", str(trace)]
+        started = time.monotonic()
+        try:
+            done = subprocess.run(command, text=True, encoding="utf-8", capture_output=True, cwd=cwd, env=env,
+                                  timeout=DEMO_TIMEOUT, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as hung:  # a result all the same, so no other worker waits for it again
+            out, err = (s.decode("utf-8", "replace") if isinstance(s, bytes) else s or "" for s in (hung.stdout, hung.stderr))
+            done = subprocess.CompletedProcess(command, -9, out, err +  # -9: killed, as run() does on a timeout
+                                               f"\n[conftest] the demo was killed after its {DEMO_TIMEOUT}s timeout")
+        return DemoRun(done, time.monotonic() - started, sorted(p.name for p in cwd.iterdir()), trace)
 
     return run
 
