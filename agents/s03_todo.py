@@ -504,7 +504,7 @@ TOOLS = [
 ]
 
 TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read,  # s02: called with the call's input
-                 "write_file": run_write, "edit_file": run_edit,  # s03: the list
+                 "write_file": run_write, "edit_file": run_edit,  # s03: the list's tools
                  "todo_write": run_todo_write, "todo_read": TODOS.list}
 
 SLASH_COMMANDS = {"/todos": show_todos, "/new": new_conversation,  # s03: the list's commands
