@@ -49,16 +49,16 @@ client = Anthropic(api_key=API_KEY, auth_token=AUTH_TOKEN) if API_KEY or AUTH_TO
 SYSTEM = (f"You are a coding agent working in {WORKDIR}. "  # s02: where the model works
           "Use the tools to inspect and change files; act, then report briefly.")
 SYSTEM += (" For work with several steps, plan it with todo_write first"  # s03: ask for a plan
-           " and keep each item's status current.")  # s03: ask for a plan
+           " and keep each item's status current.")
 
 
 # -- The agent loop ---------------------------------------------------------------
 def agent_loop(messages):
     """Call the model, run the tools it asks for, repeat until it stops asking."""
     while True:
-        reply = call_model(messages_to_send(messages))  # s03: a reminder on the request only, never the history
-        calls = add_reply(messages, reply)  # s03: the reply is read before it is counted
-        TODOS.note_model_call(calls)  # s03: count the calls that ignore the list
+        reply = call_model(messages_to_send(messages))  # s03: the request may carry a reminder
+        calls = add_reply(messages, reply)  # the reply is read before it is counted
+        TODOS.note_model_call(calls)  # count the calls that ignore the list
         if not calls:  # decided by what the stored reply holds, not by its stop_reason
             return
         run_calls(messages, calls)  # s02: one function, so Ctrl-C keeps the finished results
@@ -375,13 +375,16 @@ class TodoManager:
         task = str(task or "").strip()
         if not task:
             raise ValueError("a TODO item needs a non-empty task")
-        task_id, self.next_number = f"t{self.next_number}", self.next_number + 1
-        self.items[task_id] = {"task": task, "status": "pending", "priority": str(priority or "").strip() or "normal"}
+        task_id = f"t{self.next_number}"
+        self.next_number += 1
+        self.items[task_id] = {"task": task, "status": "pending",
+                               "priority": str(priority or "").strip() or "normal"}
         return task_id
 
     def update(self, task_id: str, status: str) -> None:
         if task_id not in self.items:
-            raise ValueError(f"unknown TODO id {task_id!r} (known ids: {', '.join(self.items) or 'none yet'})")
+            raise ValueError(f"unknown TODO id {task_id!r} "
+                             f"(known ids: {', '.join(self.items) or 'none yet'})")
         if status not in TODO_STATUSES:
             raise ValueError(f"invalid status {status!r}; allowed: {', '.join(TODO_STATUSES)}")
         self.items[task_id]["status"] = status
@@ -391,15 +394,18 @@ class TodoManager:
         return f"- {task_id} [{item['status']}] ({item['priority']}) {item['task']}"
 
     def list(self) -> str:
-        return "\n".join(["TODO items:"] + [self.line(i) for i in self.items]) if self.items else "No TODO items."
+        if not self.items:
+            return "No TODO items."
+        return "\n".join(["TODO items:"] + [self.line(task_id) for task_id in self.items])
 
     def nag_reminder(self) -> str | None:
         """The reminder text once the list has been ignored NAG_AFTER calls in a row, else None."""
         unfinished = [task_id for task_id, item in self.items.items() if item["status"] != "done"]
         if self.silent_calls < NAG_AFTER or not unfinished:
             return None
-        return "\n".join(["<nag-reminder>", "You still have unfinished TODO items. Keep them in sync with "
-                          "your progress."] + [self.line(task_id) for task_id in unfinished] + ["</nag-reminder>"])
+        head = "You still have unfinished TODO items. Keep them in sync with your progress."
+        return "\n".join(["<nag-reminder>", head, *[self.line(task_id) for task_id in unfinished],
+                          "</nag-reminder>"])
 
     def note_model_call(self, calls: list) -> None:
         used = any(call["name"].startswith("todo_") for call, _ in calls)
@@ -407,7 +413,8 @@ class TodoManager:
 
 TODOS = TodoManager()  # one list per REPL session
 
-def run_todo_write(action: str, task: str = "", priority: str = "normal", task_id: str = "", status: str = "") -> str:
+def run_todo_write(action: str, task: str = "", priority: str = "normal", task_id: str = "",
+                   status: str = "") -> str:
     if action == "add":
         if not task.strip():
             raise ValueError("action 'add' needs 'task': a non-empty description of the item")
@@ -415,13 +422,14 @@ def run_todo_write(action: str, task: str = "", priority: str = "normal", task_i
         return f"Added {new_id} ({TODOS.items[new_id]['priority']}): {TODOS.items[new_id]['task']}"
     if action == "update":
         if not task_id or not status:
-            raise ValueError(f"action 'update' needs task_id and status (one of: {', '.join(TODO_STATUSES)})")
+            raise ValueError("action 'update' needs task_id and status "
+                             f"(one of: {', '.join(TODO_STATUSES)})")
         TODOS.update(task_id, status)
         return f"Updated {task_id}: now {status}"
     raise ValueError(f"unknown action {action!r}; use 'add' or 'update'")
 
 def with_nag_reminder(history: list, reminder: str | None) -> list:
-    """The messages to send: the history itself, or a copy whose last user turn carries the reminder.
+    """The messages to send: the history itself, or a copy whose last user turn holds the reminder.
 
     Where it goes matters. Anthropic's documentation warns against text blocks placed right
     after tool_result blocks: the model learns to expect the user after every tool call and
@@ -461,9 +469,9 @@ def new_conversation(arg: str, history: list) -> None:
 
 TODO_TOOLS = [
     {"name": "todo_write",
-     "description": "Keep your TODO list for this conversation. action='add' with task (and an optional "
-                    "priority label) adds an item and returns its id; action='update' with task_id and "
-                    "status (pending, in_progress, done) changes one.",
+     "description": "Keep your TODO list for this conversation. action='add' with task (and an "
+                    "optional priority label) adds an item and returns its id; action='update' "
+                    "with task_id and status (pending, in_progress, done) changes one.",
      "input_schema": {"type": "object", "properties": {
          "action": {"type": "string", "enum": ["add", "update"]}, "task": {"type": "string"},
          "priority": {"type": "string", "description": "a free label; default normal"},
@@ -496,10 +504,11 @@ TOOLS = [
 ]
 
 TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read,  # s02: called with the call's input
-                 "write_file": run_write, "edit_file": run_edit,  # s03: the list
+                 "write_file": run_write, "edit_file": run_edit,  # s03: the list's tools
                  "todo_write": run_todo_write, "todo_read": TODOS.list}
 
-SLASH_COMMANDS = {"/todos": show_todos, "/new": new_conversation, "/clear": new_conversation}  # s03: the list
+SLASH_COMMANDS = {"/todos": show_todos, "/new": new_conversation,  # s03: the list's commands
+                  "/clear": new_conversation}
 
 def run_tool(call, not_run=None):
     """Run one tool call as stored in the history; always return exactly one tool_result."""

@@ -22,7 +22,8 @@ the transcript first, edit old history rarely and in batches, and keep every too
 paired with its result.
 
 Read in this order: prepare_context, micro_compact, compact; then Transcript and ContextMeter.
-Run:  python agents/s06_compact.py  [--demo]  [--trace run.html]   (COMPACT_THRESHOLD=20000 compacts sooner)
+Run:  python agents/s06_compact.py  [--demo]  [--trace run.html]
+      (COMPACT_THRESHOLD=20000 in the environment compacts sooner)
 """
 
 import json
@@ -50,20 +51,24 @@ OUTPUT_LIMIT = 50_000  # characters of tool output sent back to the model
 client = Anthropic(api_key=API_KEY, auth_token=AUTH_TOKEN) if API_KEY or AUTH_TOKEN else None
 SYSTEM = (f"You are a coding agent working in {WORKDIR}. "  # s02: where the model works
           "Use the tools to inspect and change files; act, then report briefly.")
-SYSTEM += " Old tool output may be cleared to save context; its full text stays in .transcripts/."  # s06: where
+SYSTEM += (" Old tool output may be cleared to save context;"  # s06: says where cleared output is
+           " its full text stays in .transcripts/.")
 
 
 # -- The agent loop ---------------------------------------------------------------
 def agent_loop(messages):
     """Call the model, run the tools it asks for, repeat until it stops asking."""
+    retried = False  # s06: a full window is compacted and retried, once per turn
     while True:
-        prepare_context(messages)  # s06: transcript, micro compaction, auto or requested compaction
+        prepare_context(messages)  # s06: the transcript, then at most one edit of old history
         reply = call_model(messages)
-        record_usage(reply)  # s06: the API's own count of the context, and what the cache did
-        if reply.stop_reason == "model_context_window_exceeded" and compact_and_retry(messages):  # s06: once
-            continue  # s06: the cut-off reply is dropped; the summary takes its place
+        record_usage(reply)  # the API's own count of the context, and what the cache did
+        if reply.stop_reason == "model_context_window_exceeded" and not retried:
+            retried = True  # once per turn: a second full window ends the turn
+            if compact(messages, "the context window was full"):
+                continue  # the cut-off reply is dropped; the summary takes its place
         calls = add_reply(messages, reply)
-        TRANSCRIPT.sync(messages)  # s06: the reply is on disk before anything may edit it
+        TRANSCRIPT.sync(messages)  # the reply is on disk before anything may edit it
         if not calls:  # decided by what the stored reply holds, not by its stop_reason
             return
         run_calls(messages, calls)  # s02: one function, so Ctrl-C keeps the finished results
@@ -370,92 +375,93 @@ from dataclasses import dataclass, field
 
 KEEP_RECENT = 3  # read results kept verbatim, counted from the newest
 CLEAR_MIN_CHARS = 200  # shorter results cost little; clearing them saves nothing
-CLEAR_BATCH_TOKENS = int(os.getenv("CLEAR_BATCH_TOKENS") or 10_000)  # micro waits until it can clear this much
+CLEAR_BATCH_TOKENS = int(os.getenv("CLEAR_BATCH_TOKENS") or 10_000)  # micro's batch, in tokens
 COMPACT_THRESHOLD = int(os.getenv("COMPACT_THRESHOLD") or 50_000)  # tokens of context
-COMPACT_BACKOFF_CALLS = 3  # after a failed or useless compaction: model calls before auto tries again
+COMPACT_BACKOFF_CALLS = 3  # model calls auto waits after a failed or useless summary
 SUMMARY_MAX_TOKENS = 2000
 SUMMARY_CLIP = 4000  # characters per block sent to the summariser; the transcript keeps all
 TRANSCRIPT_DIR = WORKDIR / ".transcripts"
-
-def content_blocks(message: dict) -> list:
-    return message["content"] if isinstance(message["content"], list) else []
 
 class Transcript:
     """The session on disk: one JSON line per message, full text, appended as it happens."""
 
     def __init__(self, folder: Path):
-        self.path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}.jsonl"  # unique
+        # a timestamp to sort by, and a random part: two sessions never share a file
+        self.path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}.jsonl"
         self.name = f"{folder.name}/{self.path.name}"  # how placeholders and summaries point here
-        self.written: dict[int, tuple] = {}  # id(message) -> (message, blocks already written)
-        self.problem: str | None = None  # why the last write failed; while set, nothing may be compacted
+        # id(message) -> (message, blocks already written); holding it keeps the id unique
+        self.written: dict[int, tuple] = {}
+        self.problem: str | None = None  # why the last write failed; while set, no compaction
 
     def sync(self, messages: list) -> bool:
-        """Append what is new since the last sync; False (said once) if the file cannot be written."""
+        """Append what is new since the last sync; False (said once) if the file cannot take it."""
         lines = []
         for message in messages:
             seen = self.written.get(id(message))
             if seen is None:
                 lines.append(message)
-            elif len(content_blocks(message)) > seen[1]:  # add_user_text joined words to a recorded turn
+            elif len(content_blocks(message)) > seen[1]:  # words joined to a recorded turn
                 lines.append({"role": message["role"], "content": message["content"][seen[1]:]})
         try:
             if lines:
                 self.path.parent.mkdir(parents=True, exist_ok=True)  # created on first use
                 with self.path.open("a", encoding="utf-8") as file:
-                    file.write("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
+                    file.writelines(json.dumps(line, ensure_ascii=False) + "\n" for line in lines)
         except OSError as error:  # a folder replaced by a file, no space, no permission...
             if self.problem is None:
-                print(f"[transcript] cannot write {self.path}: {error}. Nothing is compacted until it can be.")
+                print(f"[transcript] cannot write {self.path}: {error}. "
+                      "Nothing is compacted until it can be.")
             self.problem = str(error)
             return False
         self.problem = None
-        self.written = {id(m): (m, len(content_blocks(m))) for m in messages}  # holding m keeps its id unique
+        self.written = {id(m): (m, len(content_blocks(m))) for m in messages}
         return True
 
 TRANSCRIPT = Transcript(TRANSCRIPT_DIR)
 
 def micro_compact(messages: list) -> int:
-    """Clear old, long tool results in one batch, once that saves CLEAR_BATCH_TOKENS; return how many.
+    """Clear old, long tool results in one batch, once that saves CLEAR_BATCH_TOKENS.
 
-    Only results the model has read count: the newest user turn is never touched. Only a
-    result's content changes, so every call keeps its answer and the request stays valid.
+    Returns how many. Only results the model has read count: the newest user turn is never
+    touched. Only a result's content changes, so every call keeps its answer and the request
+    stays valid.
     """
     read = messages[:-1] if messages and messages[-1]["role"] == "user" else messages
-    names = {b["id"]: b["name"] for m in read if m["role"] == "assistant" for b in content_blocks(m)
-             if b["type"] == "tool_use"}
-    results = [b for m in read if m["role"] == "user" for b in content_blocks(m) if b["type"] == "tool_result"]
-    old = [r for r in results[:max(len(results) - KEEP_RECENT, 0)]
-           if isinstance(r.get("content"), str) and len(r["content"]) > CLEAR_MIN_CHARS]
-    if sum(len(r["content"]) for r in old) / 4 < CLEAR_BATCH_TOKENS:
+    names = {call["id"]: call["name"] for call in blocks_of(read, "tool_use")}
+    results = blocks_of(read, "tool_result")
+    old = [result for result in results[:max(len(results) - KEEP_RECENT, 0)]
+           if isinstance(result.get("content"), str) and len(result["content"]) > CLEAR_MIN_CHARS]
+    if sum(len(result["content"]) for result in old) / 4 < CLEAR_BATCH_TOKENS:
         return 0  # not yet: an edit here turns every block after it into a cache write
     for result in old:
         name = names.get(result["tool_use_id"], "tool")
         size = len(result["content"])
-        result["content"] = f"[cleared: {name} result, {size:,} chars; full text in {TRANSCRIPT.name}]"
+        result["content"] = (f"[cleared: {name} result, {size:,} chars; "
+                             f"full text in {TRANSCRIPT.name}]")
     return len(old)
 
 @dataclass
 class ContextMeter:
     """What the harness knows about the size of its context, and what the cache did with it."""
-    last_tokens: int | None = None  # the last reply's whole context: uncached + cache read + cache write
-    calls: list = field(default_factory=list)  # (read, written, uncached, what edited it before) per call
-    edited: str = ""  # how the history was edited since the last call: "", "micro" or "compacted"
+    last_tokens: int | None = None  # the last reply's whole context; None: estimate it
+    calls: list = field(default_factory=list)  # per call: read, written, uncached, edit before
+    edited: str = ""  # how the history was edited since the last call: "", "micro", "compacted"
     skip_auto: int = 0  # model calls left before auto compaction may try again
     requested: str | None = None  # the focus the compact tool asked for; None = no request
-    retried: bool = False  # this turn already compacted once because the window was full
 
 METER = ContextMeter()
 
 def estimate_tokens(messages: list) -> int:
-    """Before the first reply there is no real count: one token per 4 characters of JSON (a rule of
-    thumb for English and code; the offline stand-in counts exactly this way)."""
-    return math.ceil(len(json.dumps([SYSTEM, messages, TOOLS], ensure_ascii=False, separators=(",", ":"))) / 4)
+    """Before the first reply there is no real count: one token per 4 characters of JSON (a
+    rule of thumb for English and code; the offline stand-in counts exactly this way)."""
+    sent = json.dumps([SYSTEM, messages, TOOLS], ensure_ascii=False, separators=(",", ":"))
+    return math.ceil(len(sent) / 4)
 
 def context_tokens(messages: list) -> int:
     return METER.last_tokens if METER.last_tokens is not None else estimate_tokens(messages)
 
 def record_usage(reply) -> None:
-    """After each reply: remember the API's own count of the context, and what the cache did with it."""
+    """After each reply: the API's own count of the context, and what the cache did with it."""
     usage = reply.usage  # some compatible endpoints send null counts: no figure, not a crash
     read = usage.cache_read_input_tokens or 0
     written = usage.cache_creation_input_tokens or 0
@@ -463,28 +469,25 @@ def record_usage(reply) -> None:
     METER.last_tokens = None if uncached is None else uncached + read + written  # None: estimate
     METER.calls.append((read, written, uncached or 0, METER.edited))
     METER.edited = ""
-    METER.retried = METER.retried and reply.stop_reason == "model_context_window_exceeded"  # once until one works
-
-def shorten(text: str) -> str:
-    cut = len(text) - SUMMARY_CLIP
-    return text if cut <= 0 else f"{text[:SUMMARY_CLIP]} ...[{cut:,} more chars]"
 
 def render_for_summary(messages: list) -> str:
     """The history as plain text. A request without tools may not carry tool_use or
     tool_result blocks, and plain text is what a summariser reads best anyway."""
     lines = []
     for message in messages:
-        for block in content_blocks(message) or [{"type": "text", "text": message["content"]}]:
+        for block in content_blocks(message):
             if block["type"] == "text":
                 lines.append(f"[{message['role']}] {shorten(block['text'])}")
             elif block["type"] == "tool_use":
-                lines.append(f"[tool call] {block['name']} {shorten(json.dumps(block['input'], ensure_ascii=False))}")
+                arguments = json.dumps(block["input"], ensure_ascii=False)
+                lines.append(f"[tool call] {block['name']} {shorten(arguments)}")
             elif block["type"] == "tool_result":
                 error = " (error)" if block.get("is_error") else ""
                 lines.append(f"[tool result{error}] {shorten(str(block.get('content', '')))}")
     return "\n".join(lines)
 
-SUMMARY_SYSTEM = "You summarise a coding agent's session so that the work can go on from the summary alone."
+SUMMARY_SYSTEM = ("You summarise a coding agent's session so that the work can go on from the "
+                  "summary alone.")
 SUMMARY_REQUEST = """Summarise the session below. Keep names, paths and numbers. Cover:
 1. the user's goals and explicit requests
 2. what was done, and what came of it
@@ -501,7 +504,8 @@ def summarize(messages: list, focus: str = "") -> str:
     """One request with no tools, so the only possible answer is text."""
     prompt = SUMMARY_REQUEST.format(focus=f"Keep in particular detail: {focus}" if focus else "",
                                     session=render_for_summary(messages))
-    response = client.messages.create(model=MODEL, system=SUMMARY_SYSTEM, max_tokens=SUMMARY_MAX_TOKENS,
+    response = client.messages.create(model=MODEL, system=SUMMARY_SYSTEM,
+                                      max_tokens=SUMMARY_MAX_TOKENS,
                                       messages=[{"role": "user", "content": prompt}])
     summary = "".join(block.text for block in response.content if block.type == "text").strip()
     if not summary:
@@ -513,47 +517,49 @@ def pending_start(messages: list) -> int:
     tool results, the assistant turn that made those calls (a result needs its call)."""
     if not messages or messages[-1]["role"] == "assistant":
         return len(messages)
-    if any(b["type"] == "tool_result" for b in content_blocks(messages[-1])):
+    if blocks_of(messages[-1:], "tool_result"):
         return len(messages) - 2
     return len(messages) - 1
 
 def summary_history(summary: str, pending: list, reason: str) -> list:
     """The new history: the summary first, then the pending turn, still a valid request."""
-    intro = {"type": "text", "text": f"[This conversation was compacted ({reason}). The full record is "
-                                     f"in {TRANSCRIPT.name}. Summary of everything before this point:]\n\n{summary}"}
+    text = (f"[This conversation was compacted ({reason}). The full record is in "
+            f"{TRANSCRIPT.name}. Summary of everything before this point:]\n\n{summary}")
+    intro = {"type": "text", "text": text}
     if len(pending) == 1:  # the user's new words join the summary, so roles still alternate
-        words = pending[0]["content"]
-        return [{"role": "user", "content": [intro] + ([{"type": "text", "text": words}] if isinstance(words, str)
-                                                      else list(words))}]
+        return [{"role": "user", "content": [intro] + content_blocks(pending[0])}]
     return [{"role": "user", "content": [intro]}] + pending  # nothing pending, or calls + results
 
 def compact(messages: list, reason: str, focus: str = "") -> bool:
     """Replace everything before the pending turn with one summary. True if it did.
 
-    Only at a turn boundary (every tool_use answered), and only once the transcript holds it all.
-    The new history is built aside and swapped in at the very end, so a failed summary leaves
-    the history exactly as it was.
+    Only at a turn boundary (every tool_use answered), and only once the transcript holds it
+    all. The new history is built aside and swapped in at the very end, so a failed summary
+    leaves the history exactly as it was.
     """
     if not TRANSCRIPT.sync(messages):  # the safety net comes first: no record, no compaction
         print(f"[compact] not now: the transcript cannot be written ({TRANSCRIPT.problem})")
         return False
-    if messages and messages[-1]["role"] == "assistant" and \
-            any(b["type"] == "tool_use" for b in content_blocks(messages[-1])):
+    if blocks_of(messages[-1:], "tool_use"):
         print("[compact] not now: a tool call is still waiting for its result")
         return False
-    start, before = pending_start(messages), context_tokens(messages)
+    start = pending_start(messages)
     if start == 0:
         print("[compact] nothing to summarise yet")
         return False
+    before = context_tokens(messages)
     try:
         summary = summarize(messages[:start], focus)
     except Exception as error:  # whatever went wrong, the history must survive it
-        print(f"[compact] WARNING: the summary failed, history unchanged ({type(error).__name__}: {error})")
+        print("[compact] WARNING: the summary failed, history unchanged "
+              f"({type(error).__name__}: {error})")
         return False
     messages[:] = summary_history(summary, messages[start:], reason)
     TRANSCRIPT.sync(messages)  # the summary is part of the record too
-    METER.last_tokens, METER.edited = None, "compacted"  # that count described the old history
-    print(f"[compact] {reason}: {before:,} -> ~{estimate_tokens(messages):,} tokens; record in {TRANSCRIPT.name}")
+    METER.last_tokens = None  # that count described the old history
+    METER.edited = "compacted"
+    print(f"[compact] {reason}: {before:,} -> ~{estimate_tokens(messages):,} tokens; "
+          f"record in {TRANSCRIPT.name}")
     print("\n".join("  | " + line for line in summary.splitlines()))  # what the model goes on from
     return True
 
@@ -562,24 +568,21 @@ def prepare_context(messages: list) -> None:
     if not TRANSCRIPT.sync(messages):  # nothing below may touch what is not on disk yet
         return
     if METER.requested is not None:  # the model called compact during the last turn
-        reason, focus, METER.requested = "requested by the model", METER.requested, None
+        reason = "requested by the model"
     elif context_tokens(messages) >= COMPACT_THRESHOLD and METER.skip_auto == 0:
-        reason, focus = "automatic", ""  # the summary replaces it all: clearing first would be a wasted write
+        reason = "automatic"  # no micro first: the summary replaces it all, one write is enough
     else:
         METER.skip_auto = max(METER.skip_auto - 1, 0)
         if cleared := micro_compact(messages):
-            METER.last_tokens, METER.edited = None, "micro"  # that count described the history before the edit
-            print(f"[micro] cleared {cleared} old tool results in one batch; full text in {TRANSCRIPT.name}")
+            METER.last_tokens = None  # that count described the history before the edit
+            METER.edited = "micro"
+            print(f"[micro] cleared {cleared} old tool results in one batch; "
+                  f"full text in {TRANSCRIPT.name}")
         return
+    focus = METER.requested or ""
+    METER.requested = None
     if not compact(messages, reason, focus) or context_tokens(messages) >= COMPACT_THRESHOLD:
         METER.skip_auto = COMPACT_BACKOFF_CALLS  # do not repeat a failing or useless summary
-
-def compact_and_retry(messages: list) -> bool:
-    """The reply said the window is full: compact and call again, once per turn."""
-    if METER.retried:
-        return False
-    METER.retried = True
-    return compact(messages, "the context window was full")
 
 def run_compact(focus: str = "") -> str:
     METER.requested = focus
@@ -593,8 +596,9 @@ def compact_now(arg: str, history: list) -> None:
 def show_tokens(arg: str, history: list) -> None:
     """/tokens: the context size, and per call what the cache read, wrote, and did not cache"""
     source = "estimate" if METER.last_tokens is None else "the last reply's usage"
-    print(f"context: {context_tokens(history):,} tokens ({source}); auto compaction at {COMPACT_THRESHOLD:,} "
-          "(the | column). Per call: read from the cache (x0.1) + written to it (x1.25) + not cached (x1)")
+    print(f"context: {context_tokens(history):,} tokens ({source}); "
+          f"auto compaction at {COMPACT_THRESHOLD:,} (the | column). "
+          "Per call: read from the cache (x0.1) + written to it (x1.25) + not cached (x1)")
     width = 40  # characters for COMPACT_THRESHOLD tokens
     for number, (read, written, uncached, edited) in enumerate(METER.calls, 1):
         total = read + written + uncached
@@ -605,11 +609,28 @@ def show_tokens(arg: str, history: list) -> None:
 
 COMPACT_TOOL = {
     "name": "compact",
-    "description": "Summarise the conversation so far to free context, once the current results are "
-                   "in. Use it when old details are no longer needed; the full record stays on disk.",
+    "description": "Summarise the conversation so far to free context, once the current results "
+                   "are in. Use it when old details are no longer needed; the full record stays "
+                   "on disk.",
     "input_schema": {"type": "object", "properties": {
         "focus": {"type": "string", "description": "what the summary must keep in detail"}}},
 }
+
+# .. plumbing: the shapes of a message's content .....................................
+def content_blocks(message: dict) -> list:
+    """A message's content as blocks: a plain string is one text block."""
+    content = message["content"]
+    return [{"type": "text", "text": content}] if isinstance(content, str) else content
+
+def blocks_of(messages: list, kind: str) -> list:
+    """Every block of one type in these messages: "tool_use" or "tool_result"."""
+    return [block for message in messages for block in content_blocks(message)
+            if block["type"] == kind]
+
+def shorten(text: str) -> str:
+    """At most SUMMARY_CLIP characters of a block for the summariser; it says what is left out."""
+    cut = len(text) - SUMMARY_CLIP
+    return text if cut <= 0 else f"{text[:SUMMARY_CLIP]} ...[{cut:,} more chars]"
 
 
 # -- The tool table: what the model sees, and what runs ------------------------
@@ -634,10 +655,10 @@ TOOLS = [
 ]
 
 TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read,  # s02: called with the call's input
-                 "write_file": run_write, "edit_file": run_edit,  # s06: compacts before the next call
+                 "write_file": run_write, "edit_file": run_edit,  # s06: compact only schedules
                  "compact": run_compact}
 
-SLASH_COMMANDS = {"/compact": compact_now, "/tokens": show_tokens}  # s06: manual compaction, context size
+SLASH_COMMANDS = {"/compact": compact_now, "/tokens": show_tokens}  # s06: compaction, context size
 
 def run_tool(call, not_run=None):
     """Run one tool call as stored in the history; always return exactly one tool_result."""
