@@ -1116,10 +1116,13 @@ def finish(board, task_id, owner, status, result):
 
 def release(board, owners):
     """Give back every claim these stopped owners still hold: pending and unowned again."""
-    held = [task["id"] for task in board.tasks() if holding(task, owners)]  # a first look, unlocked
-    return [task_id for task_id in held if change_claim(
-        board, task_id, owners, status="pending", owner="", claimed_by="", lease_until=None,
-        updated_at=moment())]
+    returned = []
+    for task in board.tasks():  # a first look, without the lock; change_claim checks again
+        if holding(task, owners) and change_claim(board, task["id"], owners, status="pending",
+                                                  owner="", claimed_by="", lease_until=None,
+                                                  updated_at=moment()):
+            returned.append(task["id"])
+    return returned
 
 @contextlib.contextmanager
 def heartbeat(board, task_id, owner):
@@ -1136,8 +1139,7 @@ def heartbeat(board, task_id, owner):
                 return
             try:
                 if not renew(board, task_id, owner):
-                    notify(f"[{owner}] #{task_id} is no longer mine: stopped renewing it")
-                    return
+                    return  # taken over or given back: finish() will say so
             except (TaskError, CorruptFile, OSError) as error:  # maybe passing: try next beat
                 notify(f"[{owner}] could not renew #{task_id}: {error}")
 
@@ -1166,7 +1168,7 @@ class AutonomousAgent(Teammate):
                     f"team led by {LEAD!r}; mailbox session {self.mailbox.root.name}; workspace "
                     f"{WORKDIR}. You take ready tasks from the board in .tasks/, one at a time; "
                     "your final answer is its result.</identity>")
-        digest = "\n".join(["Work done so far:", *self.done[-20:]]) if self.done else "No work yet."
+        digest = "\n".join(["Work done so far:", *(self.done[-20:] or ["none yet"])])
         return [{"role": "user", "content": [{"type": "text", "text": identity},
                                              {"type": "text", "text": digest}]}]
 
@@ -1201,7 +1203,8 @@ class AutonomousAgent(Teammate):
     def work_on_next_task(self):
         """Claim the first claimable task, lowest id first, and do it; False if there was none."""
         tasks = {task["id"]: task for task in self.board.tasks()}
-        for task in [task for task in tasks.values() if claimable(task, tasks)]:
+        candidates = [task for task in tasks.values() if claimable(task, tasks)]
+        for task in candidates:  # read without the lock: claim() decides
             try:
                 claimed = claim(self.board, task["id"], self.owner)
             except TaskError:  # someone was faster: normal, and worth seeing
