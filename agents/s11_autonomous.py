@@ -15,7 +15,7 @@ stops by itself when nothing comes:
     task_create, blocked_by --> [1]--+                             or --worker processes
                                 [2]--+--> [4]  <-- claim #4 -- alice: won, lease 5 min
                                 [3]--+         <-- claim #4 -- bob:   lost #4 to alice, next
-    lead.jsonl  <-- "started", "completed #4: ...", "stopped: idle"   (s09's mailbox)
+    lead.jsonl  <-- "started", "completed #4 ...", "stopped: idle"    (s09's mailbox)
 
 A claim carries a lease that a heartbeat renews while the work runs (up to TASK_CEILING), so
 a task whose worker died - kill -9 - is claimable again once its lease runs out; a worker
@@ -25,7 +25,11 @@ Key insight: the loop is easy; the race is the lesson. Several agents, even in s
 processes, reach for the same task, and only a compare-and-set under one lock lets exactly
 one of them have it.
 
-Read in this order: claim, AutonomousAgent.work, heartbeat and finish, release; then run_worker.
+Three rules, one function each: lease_expired (when a lease has run out), claimable (who may
+claim a task), holding (who holds a claim). Every check of the board goes through them.
+
+Read in this order: the three rules, claim, AutonomousAgent.work, heartbeat, finish and
+release; then run_worker.
 Run:  python agents/s11_autonomous.py  [--demo]  [--trace run.html]   (the demo: the race, a crash)
       python agents/s11_autonomous.py --worker NAME [--session ID]    one worker as its own process
 """
