@@ -1277,12 +1277,12 @@ def run_team_spawn_autonomous(name):
 def stop_autonomous():
     """Quitting the lead: stop its workers, and give back every claim they still hold."""
     workers = [agent for agent in RUNNING.values() if isinstance(agent, AutonomousAgent)]
+    if not workers:  # nothing to stop, and no board to read
+        return
     for agent in workers:
         agent.stopping = True
     for agent in workers:
         agent.thread.join(timeout=2)  # one still in a model call dies with the process
-    if not workers:
-        return
     try:
         returned = release(BOARD, {agent.owner for agent in workers})
     except (CorruptFile, TaskError, OSError) as error:  # quitting must not fail on a broken board
