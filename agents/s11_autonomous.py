@@ -15,7 +15,7 @@ stops by itself when nothing comes:
     task_create, blocked_by --> [1]--+                             or --worker processes
                                 [2]--+--> [4]  <-- claim #4 -- alice: won, lease 5 min
                                 [3]--+         <-- claim #4 -- bob:   lost #4 to alice, next
-    lead.jsonl  <-- "started", "completed #4: ...", "stopped: idle"   (s09's mailbox)
+    lead.jsonl  <-- "started", "completed #4 ...", "stopped: idle"    (s09's mailbox)
 
 A claim carries a lease that a heartbeat renews while the work runs (up to TASK_CEILING), so
 a task whose worker died - kill -9 - is claimable again once its lease runs out; a worker
@@ -25,8 +25,12 @@ Key insight: the loop is easy; the race is the lesson. Several agents, even in s
 processes, reach for the same task, and only a compare-and-set under one lock lets exactly
 one of them have it.
 
-Read in this order: claim, AutonomousAgent.work, heartbeat and finish, release; then run_worker.
-Run:  python agents/s11_autonomous.py  [--demo]  [--trace run.html]      (the demo: the race, a crash)
+Three rules, one function each: lease_expired (when a lease has run out), claimable (who may
+claim a task), holding (who holds a claim). Every check of the board goes through them.
+
+Read in this order: the three rules, claim, AutonomousAgent.work, heartbeat, finish and
+release; then run_worker.
+Run:  python agents/s11_autonomous.py  [--demo]  [--trace run.html]   (the demo: the race, a crash)
       python agents/s11_autonomous.py --worker NAME [--session ID]    one worker as its own process
 """
 
@@ -60,8 +64,9 @@ SYSTEM += (" For multi-step work keep the task board: task_create the steps, lin
            " conversation; use only task ids that a tool result gave you.")  # s07: plan on the board
 SYSTEM += (" You lead a team: plan on the board, team_review the plan with a reviewer, then team_spawn"  # s09: lead
            " teammates and team_send each its task; team_wait for their answers.")  # s09: lead a team
-SYSTEM += (" team_spawn_autonomous starts workers that claim ready tasks by themselves"  # s11: workers
-           " and report to you: plan the work as tasks first, then check it with task_list.")  # s11: workers
+SYSTEM += (" team_spawn_autonomous starts workers that claim ready tasks"  # s11: workers
+           " by themselves and report to you: plan the work as tasks first,"
+           " then check it with task_list.")
 
 
 # -- The agent loop ---------------------------------------------------------------
@@ -894,7 +899,7 @@ class Teammate:
         self.history: list = []
         self.stopping = False
         self.thread = threading.Thread(target=self.run, name=f"teammate-{self.name}", daemon=True)
-        self.alive = hold_name(mailbox, self.name)  # s11: one agent per name in a session, across processes
+        self.alive = hold_name(mailbox, self.name)  # s11: one agent per name, across processes
 
     def run(self) -> None:
         while not self.stopping:
@@ -1047,105 +1052,102 @@ TEAM_HANDLERS = {"team_spawn": run_team_spawn, "team_send": run_team_send, "team
 
 
 # -- s11: autonomous teammates: they claim ready tasks themselves, also as processes --
-# A claim is a compare-and-set on the board (under s07's lock, re-reading inside it), with a
-# lease that a heartbeat renews. The agent is s09's teammate with a loop of its own: mail
-# first, then the board, then a short wait. The same class runs in a thread of the lead or as
-# a --worker process; a lock file per name keeps two agents from answering as one.
-from datetime import timedelta
-
-LEASE_SECONDS = float(os.getenv("LEASE_SECONDS") or 300)  # a claim lapses this long after its last renewal
-TASK_CEILING = float(os.getenv("TASK_CEILING") or 3600)  # no renewals after this: a stuck task is let go
+# Three rules decide everything: when a lease has run out, who may claim a task, who holds a
+# claim. A claim is a compare-and-set under s07's board lock, re-reading inside it; a heartbeat
+# renews its lease while the work runs. The agent is s09's teammate with a loop of its own -
+# mail, then the board, then a short wait - in a thread of the lead or as a --worker process.
+LEASE_SECONDS = float(os.getenv("LEASE_SECONDS") or 300)  # a claim lapses this long after a renewal
+TASK_CEILING = float(os.getenv("TASK_CEILING") or 3600)  # no renewals after this: a stuck task goes
 POLL_SECONDS = float(os.getenv("POLL_SECONDS") or 1)  # how long an idle worker waits on its mailbox
-IDLE_TIMEOUT = float(os.getenv("IDLE_TIMEOUT") or 60)  # seconds with nothing to do before a worker stops
-WORKER_CONTEXT_LIMIT = 30_000  # estimated tokens: past this, a worker's history restarts from its identity
-WORKER_PROMPT = ("You take tasks from the shared task board and do them with your tools. Work only on the task "
-                 "you are given and leave its status to the harness: it completes the task when you answer "
-                 "with a one-line summary.")
+IDLE_TIMEOUT = float(os.getenv("IDLE_TIMEOUT") or 60)  # idle this long, a worker stops
+WORKER_CONTEXT_LIMIT = 30_000  # estimated tokens: past this, a worker's history restarts
+WORKER_PROMPT = ("You take tasks from the shared task board and do them with your tools. Work only "
+                 "on the task you are given and leave its status to the harness: it completes the "
+                 "task when you answer with a one-line summary.")
 
-def moment(after: float = 0) -> str:
-    """Now (or `after` seconds from now) to the microsecond: claims within one second stay ordered."""
-    return (datetime.now(timezone.utc) + timedelta(seconds=after)).isoformat()
+def moment(after=0):
+    """Now, or `after` seconds from now, to the microsecond: claims within a second stay ordered."""
+    return datetime.fromtimestamp(time.time() + after, timezone.utc).isoformat()
 
-def lease_expired(task: dict) -> bool:
-    """An in_progress task whose worker stopped renewing it: killed, hung, or past its ceiling."""
-    lease = task.get("lease_until")
+def lease_expired(task):
+    """When a lease has run out: the task is in progress and its worker stopped renewing it."""
     try:
-        return task["status"] == "in_progress" and datetime.fromisoformat(lease) <= datetime.now(timezone.utc)
-    except (TypeError, ValueError):  # no lease (set in_progress by hand), or one we cannot read: leave it
+        lease = datetime.fromisoformat(task.get("lease_until"))
+    except (TypeError, ValueError):  # no lease (set in_progress by hand), or an unreadable one
         return False
+    return task["status"] == "in_progress" and lease <= datetime.now(timezone.utc)
 
-def claimable(tasks: list[dict]) -> list[dict]:
-    """What a worker may take, lowest id first: s07's ready tasks, and tasks whose lease ran out."""
-    by_id = {task["id"]: task for task in tasks}
-    return [t for t in tasks if not t["owner"] and unblocked(t, by_id) or lease_expired(t)]
+def claimable(task, tasks):
+    """Who may claim a task: anyone, when it is ready (unowned, and s07's `unblocked`) or when
+    its lease has run out. `tasks` holds at least its blockers, by id."""
+    return lease_expired(task) or (not task["owner"] and unblocked(task, tasks))
 
-def claim(board: TaskBoard, task_id: int, owner: str) -> dict:
-    """Compare-and-set: a claimable task becomes `owner`'s (NAME@SESSION), in_progress with a lease.
+def holding(task, owners):
+    """Who holds a claim: one of `owners` (NAME@SESSION, never the bare name), while in progress."""
+    return task["status"] == "in_progress" and task.get("claimed_by") in owners
+
+def claim(board, task_id, owner):
+    """Compare-and-set: a claimable task becomes `owner`'s (NAME@SESSION), with a lease.
     CONFLICT if someone was faster - what the worker read a moment ago may be stale already."""
     with board.locked():
-        task = board.read(task_id)  # the check happens here, inside the lock, on what is on disk now
+        task = board.read(task_id)  # the check happens here, inside the lock, on the file as it is
         blockers = {b: board.read(b) for b in task["blockedBy"]}
-        if not (not task["owner"] and unblocked(task, blockers) or lease_expired(task)):
-            raise TaskError("CONFLICT", f"task {task_id} is not claimable (it is {task['status']}, "
-                                        f"owned by {task['owner'] or 'nobody'}); pick another")
+        if not claimable(task, blockers):
+            raise TaskError("CONFLICT", f"task {task_id} is not claimable now; pick another")
+        now = moment()
         task = {**task, "status": "in_progress", "owner": owner.partition("@")[0],
-                "claimed_by": owner, "started_at": moment(), "lease_until": moment(LEASE_SECONDS),
-                "updated_at": moment()}
+                "claimed_by": owner, "started_at": now, "lease_until": moment(LEASE_SECONDS),
+                "updated_at": now}
         write_json(board.path(task_id), task)
     return task
 
-def holding(task: dict, owners: set) -> bool:
-    """In progress under one of these claims: claimed_by, NAME@SESSION - never the bare name."""
-    return task["status"] == "in_progress" and task.get("claimed_by") in owners
-
-def renew(board: TaskBoard, task_id: int, owner: str) -> bool:
-    """Push the lease on while `owner` still holds the claim; False once it does not."""
+def change_claim(board, task_id, owners, **changes):
+    """Write `changes` only while one of `owners` still holds the claim; False once none does."""
     with board.locked():
         task = board.read(task_id)
-        if not holding(task, {owner}):
+        if not holding(task, owners):
             return False
-        write_json(board.path(task_id), {**task, "lease_until": moment(LEASE_SECONDS)})
+        write_json(board.path(task_id), {**task, **changes})
     return True
 
-def finish(board: TaskBoard, task_id: int, owner: str, status: str, result: str) -> bool:
-    """Record how the work ended - only while `owner` still holds the claim (a lapsed lease lost it)."""
-    with board.locked():
-        task = board.read(task_id)
-        if task.get("claimed_by") != owner or task["status"] not in ("in_progress", status):
-            return False
-        write_json(board.path(task_id), {**task, "status": status, "result": result, "lease_until": None,
-                                         "updated_at": moment()})
-    return True
+def renew(board, task_id, owner):
+    return change_claim(board, task_id, {owner}, lease_until=moment(LEASE_SECONDS))
 
-def release(board: TaskBoard, owners: set) -> list[int]:
-    """Give back every claim these (stopped) owners still hold, at once: pending, unowned."""
-    found = [t["id"] for t in board.tasks() if holding(t, owners)]  # a first look, without the lock
-    if not found:
-        return []
-    with board.locked():
-        held = [t for t in map(board.read, found) if holding(t, owners)]
-        for task in held:
-            write_json(board.path(task["id"]), {**task, "status": "pending", "owner": "", "lease_until": None,
-                                                "claimed_by": "", "updated_at": moment()})
-    return [task["id"] for task in held]
+def finish(board, task_id, owner, status, result):
+    """How the work ended, recorded only while `owner` holds the claim (a lapsed lease lost it)."""
+    return change_claim(board, task_id, {owner}, status=status, result=result, lease_until=None,
+                        updated_at=moment())
+
+def release(board, owners):
+    """Give back every claim these stopped owners still hold: pending and unowned again."""
+    returned = []
+    for task in board.tasks():  # a first look, without the lock; change_claim checks again
+        if holding(task, owners) and change_claim(board, task["id"], owners, status="pending",
+                                                  owner="", claimed_by="", lease_until=None,
+                                                  updated_at=moment()):
+            returned.append(task["id"])
+    return returned
 
 @contextlib.contextmanager
-def heartbeat(board: TaskBoard, task_id: int, owner: str):
+def heartbeat(board, task_id, owner):
     """While the body runs, renew the lease every LEASE_SECONDS / 3 - but not past TASK_CEILING:
     a task that makes no progress must not keep its claim forever."""
-    done, started = threading.Event(), time.monotonic()
+    done = threading.Event()
+    ceiling = time.monotonic() + TASK_CEILING
 
-    def beat() -> None:
+    def beat():
         while not done.wait(LEASE_SECONDS / 3):
-            if time.monotonic() - started > TASK_CEILING:
-                return notify(f"[{owner}] #{task_id} ran past its {TASK_CEILING:g}s ceiling: the lease will lapse")
+            if time.monotonic() > ceiling:
+                notify(f"[{owner}] #{task_id} ran past its {TASK_CEILING:g}s ceiling: "
+                       "the lease will lapse")
+                return
             try:
                 if not renew(board, task_id, owner):
-                    return notify(f"[{owner}] #{task_id} is no longer mine: stopped renewing it")
-            except (TaskError, CorruptFile, OSError) as error:  # maybe passing: try again next beat
+                    return  # taken over or given back: finish() will say so
+            except (TaskError, CorruptFile, OSError) as error:  # maybe passing: try next beat
                 notify(f"[{owner}] could not renew #{task_id}: {error}")
 
-    thread = threading.Thread(target=beat, name=f"heartbeat-{owner}-{task_id}", daemon=True)
+    thread = threading.Thread(target=beat, daemon=True)
     thread.start()
     try:
         yield
@@ -1153,48 +1155,28 @@ def heartbeat(board: TaskBoard, task_id: int, owner: str):
         done.set()
         thread.join()
 
-def hold_name(mailbox: Mailbox, name: str):
-    """A lock file per running agent, held for its life and freed by the OS if its process dies: two
-    agents with one name would share one mailbox and answer every request twice."""
-    mailbox.root.mkdir(parents=True, exist_ok=True)
-    handle = open(mailbox.root / f"{check_name(name)}.alive", "a+b")
-    try:
-        if os.name == "nt":
-            msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
-        else:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        handle.close()
-        raise ValueError(f"{name} is already running in session {mailbox.root.name}; pick another name") from None
-    return handle  # closing it (or dying) frees the name
-
-def name_taken(mailbox: Mailbox, name: str) -> bool:
-    if not (mailbox.root / f"{check_name(name)}.alive").exists():  # never held here: create nothing to find out
-        return False
-    try:
-        hold_name(mailbox, name).close()
-        return False
-    except ValueError:
-        return True
-
 class AutonomousAgent(Teammate):
     """A teammate that finds its own work. A --worker process runs this same class and loop."""
 
-    def __init__(self, entry: dict, mailbox: Mailbox, board: TaskBoard):
-        super().__init__(entry, mailbox, mailbox.size(entry["name"]))  # mail already there was for an earlier life
-        self.board, self.role, self.done = board, entry["role"], []  # done: one line per finished piece
+    def __init__(self, entry, mailbox, board):
+        super().__init__(entry, mailbox, mailbox.size(entry["name"]))  # older mail: an earlier life
+        self.board = board
+        self.role = entry["role"]
         self.owner = f"{self.name}@{mailbox.root.name}"  # unique across sessions sharing the board
+        self.done = []  # one line per finished task, for the digest
         self.history = self.fresh_history()
 
-    def fresh_history(self) -> list:
-        """Who I am, always first - also after the history restarts - and what I have done so far."""
-        identity = (f"<identity>You are {self.name!r} ({self.role}), an autonomous member of the team led by "
-                    f"{LEAD!r}; mailbox session {self.mailbox.root.name}; workspace {WORKDIR}. You take ready "
-                    "tasks from the board in .tasks/, one at a time; your final answer is its result.</identity>")
-        digest = "\n".join(["Work done so far:"] + self.done[-20:]) if self.done else "No work done yet."
-        return [{"role": "user", "content": [{"type": "text", "text": identity}, {"type": "text", "text": digest}]}]
+    def fresh_history(self):
+        """Who I am, always first - also after the history restarts - and what I have done."""
+        identity = (f"<identity>You are {self.name!r} ({self.role}), an autonomous member of the "
+                    f"team led by {LEAD!r}; mailbox session {self.mailbox.root.name}; workspace "
+                    f"{WORKDIR}. You take ready tasks from the board in .tasks/, one at a time; "
+                    "your final answer is its result.</identity>")
+        digest = "\n".join(["Work done so far:", *(self.done[-20:] or ["none yet"])])
+        return [{"role": "user", "content": [{"type": "text", "text": identity},
+                                             {"type": "text", "text": digest}]}]
 
-    def run(self) -> None:
+    def run(self):
         reason = "interrupted (Ctrl-C)"  # what is left if a KeyboardInterrupt ends the work
         with self.alive:  # the name is freed however this ends
             try:
@@ -1207,20 +1189,7 @@ class AutonomousAgent(Teammate):
             finally:  # neither a crash nor Ctrl-C may strand a task
                 self.stop(reason)
 
-    def stop(self, reason: str) -> None:
-        """Give back my claims, say why I stopped (terminal, lead); never raises a second time."""
-        try:
-            returned = release(self.board, {self.owner})
-            gave_back = f"; gave back {returned}" if returned else ""
-        except (CorruptFile, TaskError, OSError) as error:  # most likely what stopped the work
-            gave_back = "" if str(error) in reason else f"; could not give back my claims: {error}"
-        notify(f"[{self.name}] stopped: {reason}{gave_back}")
-        try:
-            self.mailbox.send(LEAD, self.name, f"stopped: {reason}")
-        except (OSError, ValueError) as error:  # a broken mailbox: the terminal line must do
-            notify(f"[{self.name}] could not tell the lead: {error}")
-
-    def work(self) -> str:
+    def work(self):
         """The loop, in order: mail, then the board, then a short wait. Returns why it ended."""
         busy_at = time.monotonic()
         while not self.stopping:
@@ -1235,100 +1204,159 @@ class AutonomousAgent(Teammate):
                 self.mailbox.wait(self.name, self.offset, POLL_SECONDS)  # 3. a short wait
         return "shutdown requested"
 
-    def work_on_next_task(self) -> bool:
-        """Claim the first claimable task and do it; False when there was nothing to claim."""
-        for task in claimable(self.board.tasks()):
+    def work_on_next_task(self):
+        """Claim the first claimable task, lowest id first, and do it; False if there was none."""
+        tasks = {task["id"]: task for task in self.board.tasks()}
+        candidates = [task for task in tasks.values() if claimable(task, tasks)]
+        for task in candidates:  # read without the lock: claim() decides
             try:
                 claimed = claim(self.board, task["id"], self.owner)
             except TaskError:  # someone was faster: normal, and worth seeing
-                notify(f"[{self.name}] lost #{task['id']} to {self.board.read(task['id'])['owner'] or 'a change'}")
+                winner = self.board.read(task["id"])["owner"] or "a change"
+                notify(f"[{self.name}] lost #{task['id']} to {winner}")
                 continue
-            self.do_task({**claimed, "blocks": task["blocks"]}, previous=task["owner"])
+            self.do_task(claimed, previous=task["owner"])  # an owner here: its lease ran out
             return True
         return False
 
-    def do_task(self, task: dict, previous: str = "") -> None:
-        notify(f"[{self.name}] claimed #{task['id']} {task['subject']}"
-               + (f" - taken over from {previous}, whose lease ran out" if previous else ""))
-        if len(json.dumps(self.history)) / 4 > WORKER_CONTEXT_LIMIT:  # at a task boundary: restart from who I am
+    def do_task(self, task, previous):
+        claimed = f"[{self.name}] claimed #{task['id']} {task['subject']}"
+        prompt = f"Task #{task['id']}: {task['subject']}\n{task['description']}\n"
+        if previous:  # taken over: the work may be half done
+            claimed += f" - taken over from {previous}, whose lease ran out"
+            prompt += f"{previous} had it and stopped renewing its lease: check what is done. "
+        notify(claimed)
+        if len(json.dumps(self.history)) / 4 > WORKER_CONTEXT_LIMIT:  # restart from who I am
             self.history = self.fresh_history()
-        waiting = ", ".join(f"#{b}" for b in task["blocks"]) or "no other task"
-        before = f" {previous} had it and stopped renewing its lease: check what is done already." if previous else ""
-        add_user_text(self.history, f"Task #{task['id']}: {task['subject']}\n{task['description']}\nFinishing it "
-                                    f"unblocks {waiting}.{before} Do it with your tools, then answer in one line.")
+        add_user_text(self.history, prompt + "Do it with your tools, then answer in one line.")
         with heartbeat(self.board, task["id"], self.owner):
             try:
-                status, note = "completed", teammate_turn(self.history, self.system)
-            except Exception as error:  # an API error or a broken tool: the task failed, the worker goes on
-                close_turn(self.history, f"task #{task['id']} failed ({error!r}); it is not retried by itself")
-                status, note = "failed", f"{type(error).__name__}: {error}"
-        if not finish(self.board, task["id"], self.owner, status, preview(note, 300)):
-            return notify(f"[{self.name}] #{task['id']} is no longer mine (its lease ran out, or it was changed): "
-                          "result dropped")
-        self.done.append(f"- task #{task['id']} {task['subject']}: {status}: {preview(note, 80)}")
-        notify(f"[{self.name}] {status} #{task['id']}: {preview(note, 80)}")
-        self.mailbox.send(LEAD, self.name, f"{status} #{task['id']} {task['subject']}: {preview(note, 200)}")
+                note = teammate_turn(self.history, self.system)
+                status = "completed"
+            except Exception as error:  # an API error or a broken tool: the task failed, not me
+                close_turn(self.history, f"task #{task['id']} failed ({error!r}); "
+                                         "it is not retried by itself")
+                note = f"{type(error).__name__}: {error}"
+                status = "failed"
+        result = preview(note, 200)
+        if not finish(self.board, task["id"], self.owner, status, result):
+            notify(f"[{self.name}] #{task['id']} is no longer mine (its lease ran out, or it was "
+                   "changed): result dropped")
+            return
+        self.done.append(f"- task #{task['id']} {task['subject']}: {status}: {result}")
+        report = f"{status} #{task['id']} {task['subject']}: {result}"
+        notify(f"[{self.name}] {report}")
+        self.mailbox.send(LEAD, self.name, report)
 
-def run_team_spawn_autonomous(name: str) -> str:
-    entry = ROSTER.load().get(check_name(name, "worker name")) or ROSTER.add(name, "autonomous worker", WORKER_PROMPT)
-    RUNNING[name] = AutonomousAgent(entry, MAILBOX, BOARD)  # refuses a name already running, anywhere
+    def stop(self, reason):
+        """Give back my claims, say why I stopped (terminal, lead); never raises a second time."""
+        try:
+            returned = release(self.board, {self.owner})
+            gave_back = f"; gave back {returned}" if returned else ""
+        except (CorruptFile, TaskError, OSError) as error:  # most likely what stopped the work
+            gave_back = "" if str(error) in reason else f"; could not give back my claims: {error}"
+        notify(f"[{self.name}] stopped: {reason}{gave_back}")
+        try:
+            self.mailbox.send(LEAD, self.name, f"stopped: {reason}")
+        except (OSError, ValueError) as error:  # a broken mailbox: the terminal line must do
+            notify(f"[{self.name}] could not tell the lead: {error}")
+
+def worker_entry(name):
+    """Who a worker is: its roster entry, added as a plain autonomous worker the first time."""
+    if check_name(name, "worker name") == LEAD:  # it would read, and answer, the lead's own mail
+        raise ValueError(f"{LEAD!r} is the lead's own mailbox; pick another name")
+    return ROSTER.load().get(name) or ROSTER.add(name, "autonomous worker", WORKER_PROMPT)
+
+def run_team_spawn_autonomous(name):
+    RUNNING[name] = AutonomousAgent(worker_entry(name), MAILBOX, BOARD)  # refuses a running name
     RUNNING[name].thread.start()
-    return (f"Spawned autonomous worker {name}: it claims ready tasks from .tasks/ by itself and stops after "
-            f"{IDLE_TIMEOUT:g}s with nothing to do. Its reports arrive in your mailbox.")
+    return (f"Spawned autonomous worker {name}: it claims ready tasks from .tasks/ by itself "
+            f"and stops after {IDLE_TIMEOUT:g}s with nothing to do. Its reports arrive in your "
+            "mailbox.")
 
-def stop_autonomous() -> None:
-    """Quitting the lead: stop its workers, and give back every claim they still hold, in one transaction."""
+def stop_autonomous():
+    """Quitting the lead: stop its workers, and give back every claim they still hold."""
     workers = [agent for agent in RUNNING.values() if isinstance(agent, AutonomousAgent)]
+    if not workers:  # nothing to stop, and no board to read
+        return
     for agent in workers:
         agent.stopping = True
     for agent in workers:
-        agent.thread.join(timeout=2)  # a short wait; one still in a model call dies with the process
+        agent.thread.join(timeout=2)  # one still in a model call dies with the process
     try:
-        returned = release(BOARD, {agent.owner for agent in workers}) if workers else []
+        returned = release(BOARD, {agent.owner for agent in workers})
     except (CorruptFile, TaskError, OSError) as error:  # quitting must not fail on a broken board
-        return print(f"[team] workers' claims not given back (their leases will lapse): {error}")
+        print(f"[team] workers' claims not given back (their leases will lapse): {error}")
+        return
     if returned:
         print(f"[team] gave back {returned} to the board: their workers stopped with the lead")
 
-def run_worker(argv: list[str]) -> int:
-    """--worker NAME [--session ID]: one autonomous teammate as this process, on the lead's board and mail."""
-    value = lambda flag: argv[argv.index(flag) + 1] if flag in argv[:-1] else None  # noqa: E731
+def run_worker(argv):
+    """--worker NAME [--session ID]: one autonomous teammate as this process, on the lead's
+    board and in its session's mailbox. Every refusal is one line on stderr and exit code 2."""
+    flags = dict(zip(argv, argv[1:]))  # each argument -> the one after it
     try:
-        name = check_name(value("--worker"), "worker name")
-        if name == LEAD:  # it would read, and answer, the lead's own mail
-            raise ValueError(f"{LEAD!r} is the lead's own mailbox; pick another name")
+        entry = worker_entry(flags.get("--worker"))
         if client is None:
-            raise ValueError("a worker calls the model: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN)")
-        wanted = check_name(value("--session"), "session id") if "--session" in argv else "*"
-        entry = ROSTER.load().get(name) or {"name": name, "role": "autonomous worker", "prompt": WORKER_PROMPT}
-        worker = AutonomousAgent(entry, lead_session(wanted), BOARD)  # the newest, unless named
-    except (ValueError, LookupError, CorruptFile, OSError) as error:  # one line, not a traceback
+            raise ValueError("a worker calls the model: set ANTHROPIC_API_KEY "
+                             "(or ANTHROPIC_AUTH_TOKEN)")
+        session = check_name(flags.get("--session"), "session id") if "--session" in argv else "*"
+        worker = AutonomousAgent(entry, lead_session(session), BOARD)
+    except (ValueError, LookupError, CorruptFile, OSError) as error:
         print(f"[worker] {error}", file=sys.stderr)
         return 2
-    notify(f"[{name}] joined session {worker.mailbox.root.name} in {WORKDIR}")
+    notify(f"[{worker.name}] joined session {worker.mailbox.root.name} in {WORKDIR}")
     try:
-        worker.run()  # in this thread, so Ctrl-C lands in the work: a running command is killed with it
+        worker.run()  # in this thread, so Ctrl-C lands in the work and kills a running command
     except KeyboardInterrupt:
         return 130
     return 0
 
-def lead_session(wanted: str) -> Mailbox:
+AUTONOMOUS_TOOLS = [
+    {"name": "team_spawn_autonomous",
+     "description": "Start an autonomous worker in the background: it answers its mail, claims "
+                    "ready tasks from the board by itself (lowest id first), puts a result on "
+                    "each, and stops after a while with nothing to do. Plan the tasks with "
+                    "task_create and blocked_by first.",
+     "input_schema": {"type": "object", "properties": {"name": NAME}, "required": ["name"]}},
+]
+
+# .. plumbing: one agent per name, and finding the lead's session ...........................
+def hold_name(mailbox, name):
+    """A lock file per running agent, held for its life and freed by the OS if its process dies:
+    two agents with one name would share one mailbox and answer every request twice."""
+    mailbox.root.mkdir(parents=True, exist_ok=True)
+    handle = open(mailbox.root / f"{check_name(name)}.alive", "a+b")
+    try:
+        if os.name == "nt":
+            msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+        else:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.close()
+        raise ValueError(f"{name} is already running in session {mailbox.root.name}; "
+                         "pick another name") from None
+    return handle  # closing it (or dying) frees the name
+
+def name_taken(mailbox, name):
+    """Whether an agent of this name runs in the session, in any process: try its lock."""
+    if not (mailbox.root / f"{check_name(name)}.alive").exists():  # never held: create nothing
+        return False
+    try:
+        hold_name(mailbox, name).close()
+    except ValueError:
+        return True
+    return False
+
+def lead_session(wanted):
     """The mailbox of the lead session a worker joins: `wanted` by its id, or with * the newest."""
     root = WORKDIR / ".mailbox"
     if root.is_file():  # glob would find no session in it, and "start the lead" would mislead
         raise NotADirectoryError(f"{root} is a file, not the folder of lead sessions: move it away")
-    sessions = sorted((s for s in root.glob(wanted) if s.is_dir()), key=lambda s: s.stat().st_mtime)
+    sessions = [path for path in root.glob(wanted) if path.is_dir()]  # a stray file is no session
     if not sessions:
         raise LookupError(f"no lead session in {root}: start the lead first, or pass --session")
-    return Mailbox(sessions[-1])
-
-AUTONOMOUS_TOOLS = [
-    {"name": "team_spawn_autonomous",
-     "description": "Start an autonomous worker in the background: it answers its mail, claims ready tasks from "
-                    "the board by itself (lowest id first), puts a result on each, and stops after a while with "
-                    "nothing to do. Plan the tasks with task_create and blocked_by first.",
-     "input_schema": {"type": "object", "properties": {"name": NAME}, "required": ["name"]}},
-]
+    return Mailbox(max(sessions, key=os.path.getmtime))
 
 
 # -- The tool table: what the model sees, and what runs ------------------------
@@ -1412,10 +1440,10 @@ def main():
                      "(the offline demo) is not next to this script.")
         sys.exit(offline.run(__file__, sys.argv))
     try:  # s11: quitting the lead must not strand its workers' tasks
-        MAILBOX.root.mkdir(parents=True, exist_ok=True)  # s11: the session --worker processes join: this one
-        repl()  # s11: quitting the lead must not strand its workers' tasks
-    finally:  # s11: quitting the lead must not strand its workers' tasks
-        stop_autonomous()  # s11: quitting the lead must not strand its workers' tasks
+        MAILBOX.root.mkdir(parents=True, exist_ok=True)  # the session --worker processes join
+        repl()
+    finally:
+        stop_autonomous()
 
 
 if __name__ == "__main__":

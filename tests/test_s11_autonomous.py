@@ -78,6 +78,12 @@ def spawn(team, name: str):
     return team.RUNNING[name]
 
 
+def claimable_ids(team) -> list:
+    """The ids a worker may claim now, lowest first, by the step's one rule."""
+    tasks = {t["id"]: t for t in team.BOARD.tasks()}
+    return [task_id for task_id, task in tasks.items() if team.claimable(task, tasks)]
+
+
 def expire(team, task_id: int) -> None:
     """Move a claim's lease into the past, as if its worker stopped renewing it long ago."""
     task = team.BOARD.read(task_id)
@@ -98,7 +104,7 @@ def test_claim_records_start_and_a_lease_and_is_compare_and_set(team):
         with pytest.raises(team.TaskError) as lost:
             team.claim(team.BOARD, task_id, "w2")
         assert lost.value.code == "CONFLICT"
-    assert team.BOARD.read(1)["owner"] == "w1" and team.claimable(team.BOARD.tasks()) == []
+    assert team.BOARD.read(1)["owner"] == "w1" and claimable_ids(team) == []
 
 
 def test_an_expired_lease_makes_the_task_claimable_and_the_old_owner_loses_it(team):
@@ -107,7 +113,7 @@ def test_an_expired_lease_makes_the_task_claimable_and_the_old_owner_loses_it(te
     team.claim(team.BOARD, 1, "slow")
     team.BOARD.update(2, status="in_progress")  # no lease: set by hand, never taken away
     expire(team, 1)
-    assert [t["id"] for t in team.claimable(team.BOARD.tasks())] == [1]
+    assert claimable_ids(team) == [1]
     assert team.claim(team.BOARD, 1, "rescuer")["owner"] == "rescuer"
     assert team.finish(team.BOARD, 1, "slow", "completed", "mine") is False  # no longer its claim
     assert team.renew(team.BOARD, 1, "slow") is False  # nor can it renew its way back
@@ -124,9 +130,9 @@ def test_the_heartbeat_renews_the_lease_until_the_work_ends(team):
     seen = set()
     with team.heartbeat(team.BOARD, 1, "w1"):
         assert wait_until(lambda: seen.add(team.BOARD.read(1)["lease_until"]) or len(seen) >= 3)
-        assert team.claimable(team.BOARD.tasks()) == []  # renewed in time: never up for grabs
+        assert claimable_ids(team) == []  # renewed in time: never up for grabs
     last = team.BOARD.read(1)["lease_until"]
-    assert wait_until(lambda: team.claimable(team.BOARD.tasks()) != [])  # no more beats: it lapses
+    assert wait_until(lambda: claimable_ids(team) != [])  # no more beats: it lapses
     assert team.BOARD.read(1)["lease_until"] == last
 
 
@@ -136,7 +142,7 @@ def test_a_task_past_its_ceiling_is_no_longer_renewed(team, capsys):
     team.BOARD.create("stuck")
     team.claim(team.BOARD, 1, "w1")
     with team.heartbeat(team.BOARD, 1, "w1"):
-        assert wait_until(lambda: team.claimable(team.BOARD.tasks()) != [])  # while still "working"
+        assert wait_until(lambda: claimable_ids(team) != [])  # while still "working"
     assert "ran past its 0.5s ceiling" in capsys.readouterr().out
 
 
