@@ -715,7 +715,7 @@ LEAD = "lead"  # the REPL's own mailbox
 TEAM_TIMEOUT = 120  # seconds team_review and team_shutdown wait for an answer
 KINDS = ("request", "response", "message")
 PROTOCOLS = (None, "plan_approval", "shutdown")  # what a request asks for, besides its text
-REVIEW = "Review the plan below. Start your answer with APPROVE or REJECT, then one short reason.\n\n"
+REVIEW = "Review the plan below. Start your answer with APPROVE or REJECT, then one short reason."
 
 def check_name(name, what="agent name"):
     """Names become file names, so only a safe alphabet gets through."""
@@ -739,9 +739,10 @@ class Roster:
             bad = [name for name, entry in entries.items() if entry.get("name") != name
                    or not all(isinstance(entry.get(key), str) for key in ("role", "prompt"))]
             if bad:
-                raise ValueError(f"entries {bad} are not {{name, role, prompt}}")
+                raise ValueError(f"entries {bad} are not {{name, role, prompt}} of text")
         except (ValueError, KeyError, TypeError, AttributeError) as error:  # any wrong shape
-            raise CorruptFile(self.path, f"expected {{'teammates': {{name: {{...}}}}}}: {error}") from None
+            expected = "{'teammates': {name: {name, role, prompt}}}"
+            raise CorruptFile(self.path, f"expected {expected}: {error}") from None
         return entries
 
     def add(self, name, role, prompt):
@@ -750,7 +751,7 @@ class Roster:
         if not all(isinstance(text, str) and text.strip() for text in (role, prompt)):
             raise ValueError("a teammate needs a non-empty role and prompt")
         entry = {"name": name, "role": role.strip(), "prompt": prompt.strip()}
-        with file_lock(self.path.with_name(".team.lock")):  # re-read inside: another session may write
+        with file_lock(self.path.with_name(".team.lock")):  # re-read inside: others may write
             write_json(self.path, {"teammates": {**self.load(), name: entry}})
         return entry
 
@@ -762,7 +763,7 @@ class Mailbox:
     """
 
     def __init__(self, root):
-        self.root = Path(root)
+        self.root = root
         self.arrived = threading.Condition()  # a send wakes this process's waiters at once
 
     def path(self, agent):
@@ -771,13 +772,12 @@ class Mailbox:
     def send(self, to, sender, content, kind="message", protocol=None, reply_to=None):
         """Append one message to `to`'s mailbox, whole or not at all; return its id."""
         path = self.path(to)
-        check_name(sender)  # the answer goes back to it
-        valid = kind in KINDS and protocol in PROTOCOLS and isinstance(content, str) and content.strip()
-        if not valid:
-            raise ValueError(f"a message needs text, a kind in {KINDS} and a protocol in {PROTOCOLS}")
-        message = {"id": secrets.token_hex(8), "from": sender, "to": to, "kind": kind, "protocol": protocol,
-                   "reply_to": reply_to, "content": content, "at": utc_now()}
-        line = (json.dumps(message) + "\n").encode()  # ASCII JSON: any text goes, lone surrogates too
+        if not (kind in KINDS and protocol in PROTOCOLS
+                and isinstance(content, str) and content.strip()):
+            raise ValueError(f"a message needs text, a kind in {KINDS}, a protocol in {PROTOCOLS}")
+        message = {"id": secrets.token_hex(8), "from": sender, "to": to, "kind": kind,
+                   "protocol": protocol, "reply_to": reply_to, "content": content, "at": utc_now()}
+        line = (json.dumps(message) + "\n").encode()  # ASCII JSON: lone surrogates are fine too
         with file_lock(path.with_suffix(".lock")), open(path, "a+b", buffering=0) as handle:
             size = handle.seek(0, os.SEEK_END)  # append mode: every write lands at the end
             handle.seek(max(size - 1, 0))
@@ -813,10 +813,11 @@ class Mailbox:
             return [], offset
         data = data[:data.rfind(b"\n") + 1]  # a line without its newline is still being written
         messages = []
-        for line in filter(bytes.strip, data.splitlines()):  # an empty line is a gap, no message
+        for line in data.splitlines():
             try:
                 message = json.loads(line)
-                if not all(isinstance(message.get(k), str) for k in ("id", "from", "kind", "content")):
+                if not all(isinstance(message.get(key), str)
+                           for key in ("id", "from", "kind", "content")):
                     raise ValueError("id, from, kind and content must be text")
                 messages.append(message)
             except (ValueError, AttributeError) as error:  # torn by a killed writer, or hand-made
@@ -834,7 +835,7 @@ class Mailbox:
         return True
 
     def await_reply(self, agent, request_id, offset, timeout):
-        """The response to `request_id` after `offset`, and the next offset; None if none came in time."""
+        """Wait for the response to `request_id` after `offset`: (it or None, the next offset)."""
         deadline = time.monotonic() + timeout
         while True:
             messages, offset = self.read(agent, offset)
@@ -866,7 +867,6 @@ def not_for_teammates(call):
     """Its own tools only, whatever it asks for."""
     if call["name"] not in TEAMMATE_TOOLS:
         return f"Unknown tool {call['name']!r} for a teammate"
-    return None
 
 class Teammate:
     """A spawned teammate: a thread that answers the requests in its mailbox, one at a time."""
@@ -883,7 +883,7 @@ class Teammate:
         self.thread = threading.Thread(target=self.run, name=f"teammate-{self.name}", daemon=True)
         self.alive = hold_name(mailbox, self.name)  # s11: one agent per name in a session, across processes
 
-    def run(self) -> None:
+    def run(self):
         while not self.stopping:
             messages, self.offset = self.mailbox.read(self.name, self.offset)
             for message in messages:
@@ -912,7 +912,11 @@ class Teammate:
     def answer(self, message):
         """My own agent loop on the request; its final text is the answer."""
         notify(f"[{self.name}] working on {preview(message['content'], 60)}")
-        add_user_text(self.history, f"Request {message['id']} from {message['from']}:\n{message['content']}")
+        if message.get("protocol") == "plan_approval":  # this protocol's answer is a verdict
+            request = f"{REVIEW}\n\n{message['content']}"
+        else:
+            request = f"From {message['from']}:\n{message['content']}"
+        add_user_text(self.history, request)
         try:
             return teammate_turn(self.history, self.system)
         except Exception as error:  # one failed request must not kill the teammate, nor be redone
@@ -922,7 +926,7 @@ class Teammate:
 
 
 # The lead's side: its mailbox, the team tools, REPL commands.
-SESSION = datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+SESSION = f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 ROSTER = Roster(WORKDIR / ".team.json")
 MAILBOX = Mailbox(WORKDIR / ".mailbox" / SESSION)  # nothing is created until the first message
 RUNNING = {}  # name -> the Teammate this process started
@@ -936,28 +940,30 @@ def unread_mail():
 def take_news():
     """The lead's unread mail as one text, read once ("" when there is none)."""
     news, INBOX["offset"] = unread_mail()
-    lines = [f"- {m['kind']} {m['id']} from {m['from']}"
-             + (f", answering {m['reply_to']}" if m.get("reply_to") else "") + f":\n{m['content']}"
-             for m in news]
-    return "\n".join(["New messages in your team mailbox:", *lines]) if lines else ""
+    if not news:
+        return ""
+    return "New messages in your team mailbox:\n" + "\n".join(
+        f"- {m['kind']} {m['id']} from {m['from']}"
+        + (f", answering {m['reply_to']}" if m.get("reply_to") else "") + f":\n{m['content']}"
+        for m in news)
 
 def deliver_team_news(messages):
     """The lead's new mail joins the next request, where Anthropic's docs want extra text: inside
     the last tool_result when there are results (a text block after them teaches the model to end
-    its turn empty), else with the user's words. Unlike s03's reminder it stays: it is information."""
+    its turn empty), else with the user's words. Unlike s03's reminder it stays: it is news."""
     news = take_news()
     if not news:
         return
     notify(f"[team] the lead's next request carries its new mail: {preview(news, 150)}")
     last = messages[-1]["content"][-1]
     if last["type"] == "tool_result":
-        text = last["content"] or "(no output)"  # a tool's result is text (run_tool)
-        last["content"] = [{"type": "text", "text": text}, {"type": "text", "text": news}]
+        last["content"] = [{"type": "text", "text": last["content"] or "(no output)"},  # was text
+                           {"type": "text", "text": news}]
     else:
         add_user_text(messages, news)
 
 def run_team_wait(seconds=60):
-    """Until new mail arrives, at most `seconds` (and TEAM_TIMEOUT): the mail, as this tool's result."""
+    """The lead's new mail once it arrives, waiting at most `seconds` (and TEAM_TIMEOUT)."""
     seconds = min(seconds, TEAM_TIMEOUT)
     deadline = time.monotonic() + seconds
     while not (news := take_news()):
@@ -965,7 +971,7 @@ def run_team_wait(seconds=60):
             return f"No new mail within {seconds}s."
     return news
 
-def is_running(name: str) -> bool:
+def is_running(name):
     return name_taken(MAILBOX, name)  # s11: a thread of this lead, or a --worker process
 
 def check_running(name):
@@ -993,14 +999,16 @@ def run_team_spawn(name, role, prompt):
 
 def run_team_send(name, message, task_id=None):
     check_running(name)  # first: a refused send must not leave a task owned by nobody at work
-    if task_id is not None:  # an assignment: the board says whose task it is, the message what to do
+    if task_id is not None:  # an assignment: the board says whose it is, the message what to do
         task = BOARD.update(task_id, owner=name)
-        message = f"Task #{task['id']} is yours: {task['subject']}\n{task['description']}\n{message}"
+        message = (f"Task #{task['id']} is yours: {task['subject']}\n"
+                   f"{task['description']}\n{message}")
     request_id = MAILBOX.send(name, LEAD, message, "request")
-    return f"Sent request {request_id} to {name}. Its answer will arrive with a later request of yours."
+    return f"Sent request {request_id} to {name}. Its answer comes with a later request of yours."
 
 def run_team_review(name, plan):
-    return f"{name}'s verdict: {ask(name, REVIEW + plan, 'plan_approval')}"
+    verdict = ask(name, plan, "plan_approval")
+    return f"{name}'s verdict: {verdict}"
 
 def run_team_shutdown(name):
     answer = ask(name, "please stop", "shutdown")
@@ -1016,13 +1024,12 @@ def team_command(arg, history):
         print(f"[team] {error}")
         return
     for name, entry in sorted(entries.items()):
-        state = "running" if is_running(name) else "not running"
-        print(f"  {name} - {entry['role']} [{state}]")
+        print(f"  {name} - {entry['role']} [{'running' if is_running(name) else 'not running'}]")
     if not entries:
         print("  (no teammates yet)")
 
 def inbox_command(arg, history):
-    """/inbox: the lead's unread mail, left unread (the model still gets it with its next request)"""
+    """/inbox: the lead's unread mail, left unread (the model gets it with its next request)"""
     lines = [f"  {m['kind']} from {m['from']}: {preview(m['content'])}" for m in unread_mail()[0]]
     print("\n".join(lines) or "No unread mail.")
 
@@ -1034,44 +1041,44 @@ TEAM_TOOLS = [
                       "required": ["name", "role", "prompt"]}},
     {"name": "team_send", "description": "Send a running teammate a request; returns at once, the "
      "answer arrives later. With task_id the task becomes theirs on the board (owner).",
-     "input_schema": {"type": "object", "properties": {"name": NAME, "message": TEXT, "task_id": TASK_ID},
-                      "required": ["name", "message"]}},
-    {"name": "team_review", "description": "Ask a running teammate to approve or reject a plan; waits.",
+     "input_schema": {"type": "object", "required": ["name", "message"],
+                      "properties": {"name": NAME, "message": TEXT, "task_id": TASK_ID}}},
+    {"name": "team_review", "description": "Ask a running teammate to approve or reject a plan.",
      "input_schema": {"type": "object", "properties": {"name": NAME, "plan": TEXT},
                       "required": ["name", "plan"]}},
-    {"name": "team_wait", "description": "Wait for a teammate's message (at most `seconds`); returns "
-     "the new mail. Use it after team_send when there is nothing else to do.",
+    {"name": "team_wait", "description": "Wait for a teammate's message (at most `seconds`) and "
+     "return the new mail. Use it after team_send when there is nothing else to do.",
      "input_schema": {"type": "object", "properties": {"seconds": {"type": "integer"}}}},
-    {"name": "team_shutdown", "description": "Ask a running teammate to stop; waits for its answer.",
+    {"name": "team_shutdown", "description": "Ask a running teammate to stop; waits until it does.",
      "input_schema": {"type": "object", "properties": {"name": NAME}, "required": ["name"]}},
 ]
 
-TEAM_HANDLERS = {"team_spawn": run_team_spawn, "team_send": run_team_send, "team_review": run_team_review,
-                 "team_wait": run_team_wait, "team_shutdown": run_team_shutdown}
+TEAM_HANDLERS = {"team_spawn": run_team_spawn, "team_send": run_team_send,
+                 "team_review": run_team_review, "team_wait": run_team_wait,
+                 "team_shutdown": run_team_shutdown}
 
 # .. plumbing: status lines that wait while you type ..................................
 # Lines from teammates' threads must not land in the middle of the prompt you are typing:
 # while the REPL waits for input they queue, and show once you press Enter.
-CONSOLE = {"typing": False, "queued": [], "lock": threading.Lock()}
+CONSOLE = {"queued": None, "lock": threading.Lock()}  # queued: a list while you type
 
 def notify(line):
     with CONSOLE["lock"]:
-        if CONSOLE["typing"]:
-            CONSOLE["queued"].append(line)
-        else:
+        if CONSOLE["queued"] is None:
             print(line, flush=True)
+        else:
+            CONSOLE["queued"].append(line)
 
 def read_line(prompt):
     """input(), while teammates' lines queue; they show once you pressed Enter."""
-    CONSOLE["typing"] = True
+    CONSOLE["queued"] = []
     try:
         return input(prompt)
     finally:
         with CONSOLE["lock"]:
-            CONSOLE["typing"] = False
             for line in CONSOLE["queued"]:
                 print(line)
-            CONSOLE["queued"].clear()
+            CONSOLE["queued"] = None
 
 
 # -- s11: autonomous teammates: they claim ready tasks themselves, also as processes --
