@@ -864,7 +864,7 @@ def teammate_turn(history, system):
     return "\n".join(block["text"] for block in history[-1]["content"])  # no calls: all text
 
 def not_for_teammates(call):
-    """Its own tools only, whatever it asks for."""
+    """Why a teammate's call must not run (None if it may): its own tools only, whatever it asks."""
     if call["name"] not in TEAMMATE_TOOLS:
         return f"Unknown tool {call['name']!r} for a teammate"
 
