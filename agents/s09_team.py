@@ -951,7 +951,7 @@ def deliver_team_news(messages):
     notify(f"[team] the lead's next request carries its new mail: {preview(news, 150)}")
     last = messages[-1]["content"][-1]
     if last["type"] == "tool_result":
-        last["content"] = [{"type": "text", "text": last["content"] or "(no output)"},  # was text
+        last["content"] = [{"type": "text", "text": last["content"] or "(no output)"},  # a string
                            {"type": "text", "text": news}]
     else:
         add_user_text(messages, news)
