@@ -56,8 +56,8 @@ SYSTEM = (f"You are a coding agent working in {WORKDIR}. "  # s02: where the mod
 SYSTEM += (" For multi-step work keep the task board: task_create the steps, link them with blocked_by,"  # s07: plan
            " set each in_progress then completed. The board lives in .tasks/ and outlives this"  # s07: plan
            " conversation; use only task ids that a tool result gave you.")  # s07: plan on the board
-SYSTEM += (" You lead a team: plan on the board, team_review the plan with a reviewer, then team_spawn"  # s09: lead
-           " teammates and team_send each its task; team_wait for their answers.")  # s09: lead a team
+SYSTEM += (" You lead a team: plan on the board, team_review the plan with a reviewer,"  # s09: lead
+           " then team_spawn teammates and team_send each its task; team_wait for their answers.")
 
 
 # -- The agent loop ---------------------------------------------------------------
@@ -707,43 +707,47 @@ def show_tasks(arg: str, history: list) -> None:
 import secrets
 import time
 
-AGENT_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 LEAD = "lead"  # the REPL's own mailbox
 TEAM_TIMEOUT = 120  # seconds team_review and team_shutdown wait for an answer
-KINDS, PROTOCOLS = ("request", "response", "message"), (None, "plan_approval", "shutdown")
-REVIEW = "Review the plan below. Start your answer with APPROVE or REJECT, then one short reason.\n\n{plan}"
+KINDS = ("request", "response", "message")
+PROTOCOLS = (None, "plan_approval", "shutdown")  # what a request asks for, besides its text
+REVIEW = "Review the plan below. Start your answer with APPROVE or REJECT, then one short reason."
 
-def check_name(name, what: str = "agent name") -> str:
+def check_name(name, what="agent name"):
     """Names become file names, so only a safe alphabet gets through."""
-    if not isinstance(name, str) or not AGENT_NAME.fullmatch(name):
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
         raise ValueError(f"invalid {what} {name!r}: use 1-64 letters, digits, '_' or '-'")
     return name
 
 class Roster:
-    """Who the teammates are: .team.json, {"teammates": {name: {name, role, prompt}}}, shared by sessions."""
+    """Who the teammates are: .team.json, {"teammates": {name: {name, role, prompt}}}.
+    Shared by every session in the folder."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path):
         self.path = path
 
-    def load(self) -> dict:
+    def load(self):
         """The teammates by name; a file of the wrong shape is named, and left alone."""
+        if not self.path.exists():
+            return {}
         try:
-            entries = json.loads(self.path.read_text(encoding="utf-8"))["teammates"] if self.path.exists() else {}
+            entries = json.loads(self.path.read_text(encoding="utf-8"))["teammates"]
             bad = [name for name, entry in entries.items() if entry.get("name") != name
                    or not all(isinstance(entry.get(key), str) for key in ("role", "prompt"))]
-        except (ValueError, KeyError, TypeError, AttributeError) as error:  # bad JSON, or the wrong shape
-            raise CorruptFile(self.path, f"expected {{'teammates': {{name: {{...}}}}}}: {error!r}") from None
-        if bad:
-            raise CorruptFile(self.path, f"entries {bad} are not {{name, role, prompt}}")
+            if bad:
+                raise ValueError(f"entries {bad} are not {{name, role, prompt}} of text")
+        except (ValueError, KeyError, TypeError, AttributeError) as error:  # any wrong shape
+            expected = "{'teammates': {name: {name, role, prompt}}}"
+            raise CorruptFile(self.path, f"expected {expected}: {error}") from None
         return entries
 
-    def add(self, name: str, role: str, prompt: str) -> dict:
-        if check_name(name, "teammate name") == LEAD:
+    def add(self, name, role, prompt):
+        if check_name(name) == LEAD:
             raise ValueError(f"{LEAD!r} is the lead's own mailbox; pick another name")
-        if not all(isinstance(v, str) and v.strip() for v in (role, prompt)):
+        if not all(isinstance(text, str) and text.strip() for text in (role, prompt)):
             raise ValueError("a teammate needs a non-empty role and prompt")
         entry = {"name": name, "role": role.strip(), "prompt": prompt.strip()}
-        with file_lock(self.path.with_name(".team.lock")):  # re-read inside: another session may have written
+        with file_lock(self.path.with_name(".team.lock")):  # re-read inside: others may write
             write_json(self.path, {"teammates": {**self.load(), name: entry}})
         return entry
 
@@ -751,23 +755,25 @@ class Mailbox:
     """One append-only JSONL file per agent in a session folder: <root>/<agent>.jsonl.
 
     A writer appends one whole line under a cross-process lock. A reader keeps a byte offset,
-    never locks, and leaves a last line without its newline for later: its writer is still at work.
+    never locks, and leaves a last line without its newline for later: its writer is at work.
     """
 
-    def __init__(self, root: Path):
-        self.root, self.arrived = Path(root), threading.Condition()  # senders in this process wake waiters
+    def __init__(self, root):
+        self.root = root
+        self.arrived = threading.Condition()  # a send wakes this process's waiters at once
 
-    def path(self, agent: str) -> Path:
+    def path(self, agent):
         return self.root / f"{check_name(agent)}.jsonl"
 
-    def send(self, to: str, sender: str, content: str, kind: str = "message", protocol=None, reply_to=None) -> str:
-        check_name(sender)
-        if kind not in KINDS or protocol not in PROTOCOLS or not isinstance(content, str) or not content.strip():
-            raise ValueError(f"a message needs non-empty text, kind in {KINDS} and protocol in {PROTOCOLS}")
-        message = {"id": secrets.token_hex(8), "from": sender, "to": to, "kind": kind, "protocol": protocol,
-                   "reply_to": reply_to, "content": content, "at": datetime.now(timezone.utc).isoformat()}
-        line = (json.dumps(message, ensure_ascii=False) + "\n").encode("utf-8")
+    def send(self, to, sender, content, kind="message", protocol=None, reply_to=None):
+        """Append one message to `to`'s mailbox, whole or not at all; return its id."""
         path = self.path(to)
+        if not (kind in KINDS and protocol in PROTOCOLS
+                and isinstance(content, str) and content.strip()):
+            raise ValueError(f"a message needs text, a kind in {KINDS}, a protocol in {PROTOCOLS}")
+        message = {"id": secrets.token_hex(8), "from": sender, "to": to, "kind": kind,
+                   "protocol": protocol, "reply_to": reply_to, "content": content, "at": utc_now()}
+        line = (json.dumps(message) + "\n").encode()  # ASCII JSON: lone surrogates are fine too
         with file_lock(path.with_suffix(".lock")), open(path, "a+b", buffering=0) as handle:
             size = handle.seek(0, os.SEEK_END)  # append mode: every write lands at the end
             handle.seek(max(size - 1, 0))
@@ -783,13 +789,13 @@ class Mailbox:
             self.arrived.notify_all()
         return message["id"]
 
-    def size(self, agent: str) -> int:
+    def size(self, agent):
         try:
             return self.path(agent).stat().st_size
         except FileNotFoundError:  # nobody has written to it yet (or the session folder is gone)
             return 0
 
-    def read(self, agent: str, offset: int = 0) -> tuple[list[dict], int]:
+    def read(self, agent, offset=0):
         """The complete messages after byte `offset`, and the offset to read from next time."""
         path = self.path(agent)
         if offset > self.size(agent):  # replaced or cut: what the offset counted is gone
@@ -803,62 +809,42 @@ class Mailbox:
             return [], offset
         data = data[:data.rfind(b"\n") + 1]  # a line without its newline is still being written
         messages = []
-        for line in filter(bytes.strip, data.splitlines()):  # an empty line is no message, just a gap
+        for line in data.splitlines():
             try:
                 message = json.loads(line)
-                if not all(isinstance(message.get(k), str) for k in ("id", "from", "kind", "content")):
+                if not all(isinstance(message.get(key), str)
+                           for key in ("id", "from", "kind", "content")):
                     raise ValueError("id, from, kind and content must be text")
                 messages.append(message)
             except (ValueError, AttributeError) as error:  # torn by a killed writer, or hand-made
                 notify(f"[mailbox] skipped a malformed line in {path}: {str(error)[:80]}")
         return messages, offset + len(data)
 
-    def wait(self, agent: str, offset: int, timeout: float) -> bool:
+    def wait(self, agent, offset, timeout):
         """Until its size is not `offset` (a send by any process, or a cut); False on timeout."""
         deadline = time.monotonic() + timeout
         while self.size(agent) == offset:
             if time.monotonic() >= deadline:
                 return False
-            with self.arrived:  # woken at once by a send in this process; other processes: checked every 50 ms
-                self.arrived.wait(min(0.05, max(deadline - time.monotonic(), 0)))
+            with self.arrived:  # woken by a send in this process; other processes: seen in 50 ms
+                self.arrived.wait(0.05)
         return True
 
-    def await_reply(self, agent: str, request_id: str, offset: int, timeout: float) -> tuple[dict | None, int]:
-        """The response to `request_id` in `agent`'s mailbox after `offset`; None if none came in time."""
+    def await_reply(self, agent, request_id, offset, timeout):
+        """Wait for the response to `request_id` after `offset`: (it or None, the next offset)."""
         deadline = time.monotonic() + timeout
         while True:
             messages, offset = self.read(agent, offset)
-            found = [m for m in messages if m["kind"] == "response" and m.get("reply_to") == request_id]
-            if found or not self.wait(agent, offset, deadline - time.monotonic()):
-                return (found[0] if found else None), offset
+            for message in messages:
+                if message["kind"] == "response" and message.get("reply_to") == request_id:
+                    return message, offset
+            if not self.wait(agent, offset, deadline - time.monotonic()):
+                return None, offset
 
-# Lines from teammates' threads must not land in the middle of the prompt you are typing:
-# while the REPL waits for input they queue, and show before the next prompt.
-CONSOLE = {"typing": False, "queued": [], "lock": threading.Lock()}
-
-def notify(line: str) -> None:
-    with CONSOLE["lock"]:
-        if CONSOLE["typing"]:
-            CONSOLE["queued"].append(line)
-        else:
-            print(line, flush=True)
-
-def read_line(prompt: str) -> str:
-    """input(), while teammates' lines queue; they show once you pressed Enter."""
-    CONSOLE["typing"] = True
-    try:
-        return input(prompt)
-    finally:
-        with CONSOLE["lock"]:
-            CONSOLE["typing"] = False
-            for line in CONSOLE["queued"]:
-                print(line)
-            CONSOLE["queued"].clear()
-
-TEAMMATE_TOOLS = ("bash", "read_file", "write_file", "edit_file",  # leading the team stays with the lead
+TEAMMATE_TOOLS = ("bash", "read_file", "write_file", "edit_file",  # leading stays with the lead
                   "task_create", "task_update", "task_get", "task_list")
 
-def teammate_turn(history: list, system: str) -> str:
+def teammate_turn(history, system):
     """agent_loop for a teammate: its own prompt, history and tools, nothing printed but notes.
     A turn that ends without an answer (refused, empty, cut off) raises: nobody takes it for one."""
     tools = [tool for tool in TOOLS if tool["name"] in TEAMMATE_TOOLS]
@@ -868,30 +854,31 @@ def teammate_turn(history: list, system: str) -> str:
         if not calls:
             break
         history.append({"role": "user", "content": [
-            run_tool(call, malformed or not_for_teammates(call)) for call, malformed in calls]})
-    if reply.stop_reason in STOP_NOTES or history[-1]["role"] != "assistant":
-        raise RuntimeError(f"no answer: {STOP_NOTES.get(reply.stop_reason, STOP_NOTES['empty'])}")
-    return "\n".join(b["text"] for b in history[-1]["content"] if b["type"] == "text") or "(no text)"
+            run_tool(call, not_run or not_for_teammates(call)) for call, not_run in calls]})
+    if history[-1]["role"] != "assistant" or reply.stop_reason in STOP_NOTES:
+        raise RuntimeError(f"no answer: {STOP_NOTES.get(reply.stop_reason, 'an empty reply')}")
+    return "\n".join(block["text"] for block in history[-1]["content"])  # no calls: all text
 
-def not_for_teammates(call: dict) -> str | None:
-    """Its own tools only, whatever it asks for."""
+def not_for_teammates(call):
+    """Why a teammate's call must not run (None if it may): its own tools only, whatever it asks."""
     if call["name"] not in TEAMMATE_TOOLS:
         return f"Unknown tool {call['name']!r} for a teammate"
-    return None
 
 class Teammate:
     """A spawned teammate: a thread that answers the requests in its mailbox, one at a time."""
 
-    def __init__(self, entry: dict, mailbox: Mailbox, offset: int = 0):
-        self.name, self.mailbox, self.offset = entry["name"], mailbox, offset  # a respawn goes on from offset
-        self.system = (f"{entry['prompt']}\n\nYou are the teammate {self.name!r} ({entry['role']}) in {WORKDIR}. "
-                       "Keep the tasks you are given up to date on the board. Your final answer goes back to "
-                       "whoever asked.")
-        self.history: list = []
+    def __init__(self, entry, mailbox, offset=0):
+        self.name = entry["name"]
+        self.mailbox = mailbox
+        self.offset = offset  # how far it has read: a respawn goes on from there
+        self.system = (f"{entry['prompt']}\n\nYou are the teammate {self.name!r} ({entry['role']}) "
+                       f"in {WORKDIR}. Keep the tasks you are given up to date on the board. "
+                       "Your final answer goes back to whoever asked.")
+        self.history = []
         self.stopping = False
         self.thread = threading.Thread(target=self.run, name=f"teammate-{self.name}", daemon=True)
 
-    def run(self) -> None:
+    def run(self):
         while not self.stopping:
             messages, self.offset = self.mailbox.read(self.name, self.offset)
             for message in messages:
@@ -899,87 +886,104 @@ class Teammate:
             if not messages:
                 self.mailbox.wait(self.name, self.offset, timeout=1.0)
 
-    def handle(self, message: dict) -> None:
+    def handle(self, message):
+        """Answer a request; responses and notes need no answer."""
         if message["kind"] != "request":
-            return  # responses and notes need no answer
+            return
         if message.get("protocol") == "shutdown":
-            reply, self.stopping = f"{self.name} is shutting down", True  # the rest of this batch: a polite no
+            self.stopping = True
+            reply = f"{self.name} is shutting down"
+        elif self.stopping:  # a shutdown came earlier in this batch: a polite no
+            reply = "shutting down"
         else:
-            reply = "shutting down" if self.stopping else self.answer(message)
+            reply = self.answer(message)
         try:
-            self.mailbox.send(message["from"], self.name, reply, "response", message.get("protocol"), message["id"])
+            self.mailbox.send(message["from"], self.name, reply, "response",
+                              protocol=message.get("protocol"), reply_to=message["id"])
         except (OSError, ValueError) as error:  # e.g. the asker's mailbox is broken
             notify(f"[{self.name}] could not answer {message['id']}: {error}")
 
-    def answer(self, message: dict) -> str:
-        review = message.get("protocol") == "plan_approval"
-        add_user_text(self.history, REVIEW.format(plan=message["content"]) if review else
-                      f"Request {message['id']} from {message['from']}:\n{message['content']}")
-        notify(f"[{self.name}] working on {'a plan review' if review else preview(message['content'], 60)}")
+    def answer(self, message):
+        """My own agent loop on the request; its final text is the answer."""
+        notify(f"[{self.name}] working on {preview(message['content'], 60)}")
+        if message.get("protocol") == "plan_approval":  # this protocol's answer is a verdict
+            request = f"{REVIEW}\n\n{message['content']}"
+        else:
+            request = f"From {message['from']}:\n{message['content']}"
+        add_user_text(self.history, request)
         try:
             return teammate_turn(self.history, self.system)
-        except Exception as error:  # one failed request must not kill the teammate, nor be read again as new work
-            close_turn(self.history, f"the request failed ({type(error).__name__}: {error}); it is not retried")
-            return f"error: {self.name} could not answer ({type(error).__name__}: {error})"
+        except Exception as error:  # one failed request must not kill the teammate, nor be redone
+            failure = f"{type(error).__name__}: {error}"
+            close_turn(self.history, f"the request failed ({failure}); it is not retried")
+            return f"error: {self.name} could not answer ({failure})"
 
 
-# The lead's side: its inbox, the team tools, REPL commands.
-SESSION = datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+# The lead's side: its mailbox, the team tools, REPL commands.
+SESSION = f"{datetime.now():%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 ROSTER = Roster(WORKDIR / ".team.json")
 MAILBOX = Mailbox(WORKDIR / ".mailbox" / SESSION)  # nothing is created until the first message
-RUNNING: dict[str, Teammate] = {}  # teammates started by this process
-INBOX = {"offset": 0, "delivered": set()}  # how far the lead has read; answers a tool already returned
+RUNNING = {}  # name -> the Teammate this process started
+INBOX = {"offset": 0, "delivered": set()}  # how far the lead has read; ids a tool already returned
 
-def take_news() -> str:
-    """The lead's new mail as one text, read once: answers a tool already returned are left out."""
-    news, INBOX["offset"] = MAILBOX.read(LEAD, INBOX["offset"])
-    lines = [f"- {m['kind']} {m['id']} from {m['from']}" + (f" [{m['protocol']}]" if m.get("protocol") else "")
-             + (f", answering {m['reply_to']}" if m.get("reply_to") else "") + f":\n{m['content']}"
-             for m in news if m["id"] not in INBOX["delivered"]]
-    return "New messages in your team mailbox:\n" + "\n".join(lines) if lines else ""
+def unread_mail():
+    """The lead's mail after its offset, less what a tool already returned; and the next offset."""
+    messages, offset = MAILBOX.read(LEAD, INBOX["offset"])
+    return [m for m in messages if m["id"] not in INBOX["delivered"]], offset
 
-def deliver_team_news(messages: list) -> None:
-    """The lead's new mail joins the next request, where Anthropic's docs want extra text: inside the
-    last tool_result when there are results (a text block after them teaches the model to end its
-    turn empty), else with the user's words. Unlike s03's reminder it stays: it is information."""
-    text = take_news() if messages and messages[-1]["role"] == "user" else ""
-    if text:
-        notify(f"[team] the lead's next request carries its new mail: {preview(text[34:], 150)}")
-    last = messages[-1]["content"][-1] if text and isinstance(messages[-1]["content"], list) else None
-    if last and last["type"] == "tool_result":
-        inner = last.get("content") or "(no output)"
-        last["content"] = ([{"type": "text", "text": inner}] if isinstance(inner, str) else inner) + [
-            {"type": "text", "text": text}]
-    elif text:
-        add_user_text(messages, text)
+def take_news():
+    """The lead's unread mail as one text, read once ("" when there is none)."""
+    news, INBOX["offset"] = unread_mail()
+    if not news:
+        return ""
+    return "New messages in your team mailbox:\n" + "\n".join(
+        f"- {m['kind']} {m['id']} from {m['from']}"
+        + (f", answering {m['reply_to']}" if m.get("reply_to") else "") + f":\n{m['content']}"
+        for m in news)
 
-def run_team_wait(seconds: int = 60) -> str:
-    """Until a teammate's message arrives, or `seconds` pass: the lead's new mail, as this tool's result."""
+def deliver_team_news(messages):
+    """The lead's new mail joins the next request, where Anthropic's docs want extra text: inside
+    the last tool_result when there are results (a text block after them teaches the model to end
+    its turn empty), else with the user's words. Unlike s03's reminder it stays: it is news."""
+    news = take_news()
+    if not news:
+        return
+    notify(f"[team] the lead's next request carries its new mail: {preview(news, 150)}")
+    last = messages[-1]["content"][-1]
+    if last["type"] == "tool_result":
+        last["content"] = [{"type": "text", "text": last["content"] or "(no output)"},  # a string
+                           {"type": "text", "text": news}]
+    else:
+        add_user_text(messages, news)
+
+def run_team_wait(seconds=60):
+    """The lead's new mail once it arrives, waiting at most `seconds` (and TEAM_TIMEOUT)."""
     seconds = min(seconds, TEAM_TIMEOUT)
     deadline = time.monotonic() + seconds
-    while not (news := take_news()) and MAILBOX.wait(LEAD, INBOX["offset"], deadline - time.monotonic()):
-        pass
-    return news or f"No new mail within {seconds}s."
+    while not (news := take_news()):
+        if not MAILBOX.wait(LEAD, INBOX["offset"], deadline - time.monotonic()):
+            return f"No new mail within {seconds}s."
+    return news
 
-def is_running(name: str) -> bool:
+def is_running(name):
     return name in RUNNING and RUNNING[name].thread.is_alive()
 
-def running(name: str) -> str:
+def check_running(name):
+    """Mail reaches a teammate only while it runs in this session."""
     if not is_running(name):
         raise ValueError(f"{name} is not running in this session; team_spawn it first")
-    return name
 
-def ask(name: str, content: str, protocol: str | None = None) -> str:
+def ask(name, content, protocol):
     """Send a request and wait for its answer (the protocols: plan_approval, shutdown)."""
-    start = MAILBOX.size(LEAD)
-    request_id = MAILBOX.send(running(name), LEAD, content, "request", protocol)
-    reply, _ = MAILBOX.await_reply(LEAD, request_id, start, TEAM_TIMEOUT)
+    check_running(name)
+    request_id = MAILBOX.send(name, LEAD, content, "request", protocol)
+    reply, _ = MAILBOX.await_reply(LEAD, request_id, INBOX["offset"], TEAM_TIMEOUT)
     if reply is None:
-        raise TimeoutError(f"no answer from {name} within {TEAM_TIMEOUT}s; request {request_id} stays in its mailbox")
+        raise TimeoutError(f"{name} did not answer request {request_id} within {TEAM_TIMEOUT}s")
     INBOX["delivered"].add(reply["id"])  # this tool result carries it; do not repeat it as news
     return reply["content"]
 
-def run_team_spawn(name: str, role: str, prompt: str) -> str:
+def run_team_spawn(name, role, prompt):
     if is_running(name):  # before the roster changes: a running teammate keeps the prompt it has
         raise ValueError(f"{name} is already running")
     entry = ROSTER.add(name, role, prompt)
@@ -987,57 +991,88 @@ def run_team_spawn(name: str, role: str, prompt: str) -> str:
     RUNNING[name].thread.start()
     return f"Spawned {name} ({entry['role']}); it reads {MAILBOX.path(name).relative_to(WORKDIR)}"
 
-def run_team_send(name: str, message: str, task_id=None) -> str:
-    to = running(name)  # first: a refused send must not leave the task owned by nobody who works on it
-    if task_id is not None:  # an assignment: the board says whose task it is, the message says what to do
+def run_team_send(name, message, task_id=None):
+    check_running(name)  # first: a refused send must not leave a task owned by nobody at work
+    if task_id is not None:  # an assignment: the board says whose it is, the message what to do
         task = BOARD.update(task_id, owner=name)
-        message = f"Task #{task['id']} is yours: {task['subject']}\n{task['description']}\n{message}".strip()
-    request_id = MAILBOX.send(to, LEAD, message, "request")
-    return f"Sent request {request_id} to {name}. Its answer will arrive with a later request of yours."
+        message = (f"Task #{task['id']} is yours: {task['subject']}\n"
+                   f"{task['description']}\n{message}")
+    request_id = MAILBOX.send(name, LEAD, message, "request")
+    return f"Sent request {request_id} to {name}. Its answer comes with a later request of yours."
 
-def run_team_shutdown(name: str) -> str:
+def run_team_review(name, plan):
+    verdict = ask(name, plan, "plan_approval")
+    return f"{name}'s verdict: {verdict}"
+
+def run_team_shutdown(name):
     answer = ask(name, "please stop", "shutdown")
     if name in RUNNING:
         RUNNING[name].thread.join(timeout=TEAM_TIMEOUT)  # it ends right after its current batch
     return f"{name} acknowledged: {answer}"
 
-def team_command(arg: str, history: list) -> None:
+def team_command(arg, history):
     """/team: who is on the team, and who is running in this session"""
     try:
         entries = ROSTER.load()
     except CorruptFile as error:
-        return print(f"[team] {error}")
+        print(f"[team] {error}")
+        return
     for name, entry in sorted(entries.items()):
         print(f"  {name} - {entry['role']} [{'running' if is_running(name) else 'not running'}]")
-    print("  (no teammates yet)" if not entries else f"  session mailbox: {MAILBOX.root.relative_to(WORKDIR)}")
+    if not entries:
+        print("  (no teammates yet)")
 
-def inbox_command(arg: str, history: list) -> None:
-    """/inbox: the lead's unread mail, left unread (the model still gets it with its next request)"""
-    unread = [m for m in MAILBOX.read(LEAD, INBOX["offset"])[0] if m["id"] not in INBOX["delivered"]]
-    print("\n".join(f"  {m['kind']} from {m['from']}: {preview(m['content'])}" for m in unread) or "No unread mail.")
+def inbox_command(arg, history):
+    """/inbox: the lead's unread mail, left unread (the model gets it with its next request)"""
+    lines = [f"  {m['kind']} from {m['from']}: {preview(m['content'])}" for m in unread_mail()[0]]
+    print("\n".join(lines) or "No unread mail.")
 
 NAME = {"type": "string", "description": "1-64 letters, digits, '_' or '-'"}
+TEXT = {"type": "string"}
 TEAM_TOOLS = [
-    {"name": "team_spawn", "description": "Define a teammate (saved in .team.json) and start it in the background.",
-     "input_schema": {"type": "object", "properties": {"name": NAME, "role": {"type": "string"},
-                      "prompt": {"type": "string"}}, "required": ["name", "role", "prompt"]}},
-    {"name": "team_send", "description": "Send a running teammate a request; returns at once. With task_id the "
-     "task becomes theirs on the board (owner) and the request carries it. The answer arrives later.",
-     "input_schema": {"type": "object", "properties": {"name": NAME, "message": {"type": "string"},
-                      "task_id": TASK_ID}, "required": ["name", "message"]}},
-    {"name": "team_review", "description": "Ask a running teammate to approve or reject a plan; waits for it.",
-     "input_schema": {"type": "object", "properties": {"name": NAME, "plan": {"type": "string"}},
+    {"name": "team_spawn", "description": "Define a teammate (saved in .team.json) and start it.",
+     "input_schema": {"type": "object", "properties": {"name": NAME, "role": TEXT, "prompt": TEXT},
+                      "required": ["name", "role", "prompt"]}},
+    {"name": "team_send", "description": "Send a running teammate a request; returns at once, the "
+     "answer arrives later. With task_id the task becomes theirs on the board (owner).",
+     "input_schema": {"type": "object", "required": ["name", "message"],
+                      "properties": {"name": NAME, "message": TEXT, "task_id": TASK_ID}}},
+    {"name": "team_review", "description": "Ask a running teammate to approve or reject a plan.",
+     "input_schema": {"type": "object", "properties": {"name": NAME, "plan": TEXT},
                       "required": ["name", "plan"]}},
-    {"name": "team_wait", "description": "Wait until a teammate's message arrives (at most `seconds`); returns "
-     "the new mail. Use it after team_send when there is nothing else to do.",
+    {"name": "team_wait", "description": "Wait for a teammate's message (at most `seconds`) and "
+     "return the new mail. Use it after team_send when there is nothing else to do.",
      "input_schema": {"type": "object", "properties": {"seconds": {"type": "integer"}}}},
-    {"name": "team_shutdown", "description": "Ask a running teammate to stop; waits for its acknowledgement.",
+    {"name": "team_shutdown", "description": "Ask a running teammate to stop; waits until it does.",
      "input_schema": {"type": "object", "properties": {"name": NAME}, "required": ["name"]}},
 ]
 
-TEAM_HANDLERS = {"team_spawn": run_team_spawn, "team_send": run_team_send, "team_wait": run_team_wait,
-                 "team_shutdown": run_team_shutdown,
-                 "team_review": lambda name, plan: f"{name}'s verdict: {ask(name, plan, 'plan_approval')}"}
+TEAM_HANDLERS = {"team_spawn": run_team_spawn, "team_send": run_team_send,
+                 "team_review": run_team_review, "team_wait": run_team_wait,
+                 "team_shutdown": run_team_shutdown}
+
+# .. plumbing: status lines that wait while you type ..................................
+# Lines from teammates' threads must not land in the middle of the prompt you are typing:
+# while the REPL waits for input they queue, and show once you press Enter.
+CONSOLE = {"queued": None, "lock": threading.Lock()}  # queued: a list while you type
+
+def notify(line):
+    with CONSOLE["lock"]:
+        if CONSOLE["queued"] is None:
+            print(line, flush=True)
+        else:
+            CONSOLE["queued"].append(line)
+
+def read_line(prompt):
+    """input(), while teammates' lines queue; they show once you pressed Enter."""
+    CONSOLE["queued"] = []
+    try:
+        return input(prompt)
+    finally:
+        with CONSOLE["lock"]:
+            for line in CONSOLE["queued"]:
+                print(line)
+            CONSOLE["queued"] = None
 
 
 # -- The tool table: what the model sees, and what runs ------------------------
@@ -1067,7 +1102,7 @@ TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read,  # s02: called with th
                  **TASK_TOOL_HANDLERS, **TEAM_HANDLERS}  # s09: the team tools
 
 SLASH_COMMANDS = {"/tasks": show_tasks,  # s07: the board and its graph, for you
-                  "/team": team_command, "/inbox": inbox_command}  # s09: the team and the lead's mail, for you
+                  "/team": team_command, "/inbox": inbox_command}  # s09: the team, the lead's mail
 
 def run_tool(call, not_run=None):
     """Run one tool call as stored in the history; always return exactly one tool_result."""
