@@ -31,7 +31,7 @@ from offline import last_user_text, scripted_input, steps_since_prompt, system_t
 WORKERS = ["alice", "bob", "carol"]
 VICTIM = "carol"
 JOBS = 6
-SETTINGS = {"LEASE_SECONDS": "1.5", "POLL_SECONDS": "0.1", "IDLE_TIMEOUT": "1.5"}  # short, for a demo
+SETTINGS = {"LEASE_SECONDS": "3", "POLL_SECONDS": "0.1", "IDLE_TIMEOUT": "1.5"}  # short, for a demo
 PROMPTS = [f"Plan {JOBS} independent jobs on the board for the workers."]
 
 
@@ -71,8 +71,12 @@ def run(namespace: dict, workdir: Path, server) -> None:
     mailbox.root.mkdir(parents=True, exist_ok=True)
     print(f"\n[demo] three worker processes join session {mailbox.root.name}: "
           f"python {Path(namespace['__file__']).name} --worker NAME --session {mailbox.root.name}")
-    workers = {name: start_worker(namespace, workdir, server, name) for name in WORKERS}
-    victim_job = kill_in_the_middle(board, workers)
+    workers = {VICTIM: start_worker(namespace, workdir, server, VICTIM)}  # first: it gets a job
+    victim_job = wait_for_a_job(board, VICTIM)
+    for name in WORKERS:
+        if name != VICTIM:
+            workers[name] = start_worker(namespace, workdir, server, name)
+    kill_in_the_middle(workers, victim_job)
     for name, process in workers.items():
         process.wait(timeout=30)  # each stops by itself once it is idle
     for process in workers.values():
@@ -92,20 +96,27 @@ def start_worker(namespace: dict, workdir: Path, server, name: str) -> subproces
     return process
 
 
-def kill_in_the_middle(board, workers: dict) -> int | None:
-    """SIGKILL the victim while it holds a job; return that job's id."""
-    deadline = time.monotonic() + 15
+def wait_for_a_job(board, name: str) -> int | None:
+    """The id of the job `name` holds, once it holds one (the deadline only guards a hang)."""
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        held = [t for t in board.tasks() if t["status"] == "in_progress" and t["owner"] == VICTIM]
+        held = [t for t in board.tasks() if t["status"] == "in_progress" and t["owner"] == name]
         if held:
-            time.sleep(0.2)  # a demo's pause, not a synchronisation: let the job get going
-            workers[VICTIM].send_signal(signal.SIGKILL)
-            print(f"[demo] killed {VICTIM} (pid {workers[VICTIM].pid}) with SIGKILL while it held #{held[0]['id']}: "
-                  f"nobody gives that job back; its lease runs out in {SETTINGS['LEASE_SECONDS']}s", flush=True)
             return held[0]["id"]
         time.sleep(0.02)
-    print(f"[demo] {VICTIM} never held a job within 15s: nothing to kill")
+    print(f"[demo] {name} never held a job: nothing to kill")
     return None
+
+
+def kill_in_the_middle(workers: dict, job: int | None) -> None:
+    """SIGKILL the victim while it holds a job: nobody gives that job back."""
+    if job is None:
+        return
+    time.sleep(0.2)  # a demo's pause, not a synchronisation: let the others join first
+    workers[VICTIM].send_signal(signal.SIGKILL)
+    print(f"[demo] killed {VICTIM} (pid {workers[VICTIM].pid}) with SIGKILL while it held #{job}: "
+          f"nobody gives that job back; its lease runs out in {SETTINGS['LEASE_SECONDS']}s",
+          flush=True)
 
 
 def summary(board, workdir: Path, victim_job: int | None) -> None:
