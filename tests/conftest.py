@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 
 try:
-    import fcntl  # the demo lock shared by xdist workers (POSIX); elsewhere each worker runs its own
+    # the demo lock shared by xdist workers (POSIX); elsewhere each worker runs its own
+    import fcntl
 except ImportError:
     fcntl = None
 
@@ -48,7 +49,10 @@ def pytest_configure(config):
     as a subprocess) would see nothing. So each pytest process - the xdist workers too - takes back
     the handler a terminal gives it. A caught signal is reset to the default at exec, so every child
     then starts as from a terminal: the subprocess tests need no preexec_fn or wrapper."""
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN and threading.current_thread() is threading.main_thread():
+    if (
+        signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        and threading.current_thread() is threading.main_thread()
+    ):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
@@ -68,7 +72,9 @@ def wait_until(condition, timeout: float = 30.0) -> bool:
     return condition()
 
 
-PROCESSES = multiprocessing.get_context("fork" if hasattr(os, "fork") else "spawn")  # for races between processes
+PROCESSES = multiprocessing.get_context(
+    "fork" if hasattr(os, "fork") else "spawn"
+)  # for races between processes
 
 
 def run_processes(target, args_for, count: int = 8) -> list:
@@ -92,7 +98,8 @@ def offline_env(monkeypatch, tmp_path_factory):
     monkeypatch.setenv("ANTHROPIC_CONFIG_DIR", str(tmp_path_factory.mktemp("anthropic-config")))
 
 
-DEMO_TIMEOUT = 300  # s, only against a hang: a demo takes 3 s (s11: 16 s); tests/bench/bench_demos.py times them
+# s, only against a hang: a demo takes 3 s (s11: 16 s); tests/bench/bench_demos.py times them
+DEMO_TIMEOUT = 300
 
 
 @dataclass
@@ -128,36 +135,76 @@ def offline_demo(tmp_path_factory):
     def run_demo_once(step: str) -> DemoRun:
         record = shared / f"{step}.json"
         with open(shared / f"{step}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # held while another worker runs this demo; freed if it dies
+            fcntl.flock(
+                lock, fcntl.LOCK_EX
+            )  # held while another worker runs this demo; freed if it dies
             if not record.exists():
                 demo = run_demo(step)
                 done = demo.done
                 partial = record.with_suffix(".partial")
-                partial.write_text(json.dumps({"args": done.args, "returncode": done.returncode, "stdout": done.stdout,
-                                               "stderr": done.stderr, "seconds": demo.seconds,
-                                               "left_behind": demo.left_behind, "trace": str(demo.trace)}),
-                                   encoding="utf-8")
+                partial.write_text(
+                    json.dumps(
+                        {
+                            "args": done.args,
+                            "returncode": done.returncode,
+                            "stdout": done.stdout,
+                            "stderr": done.stderr,
+                            "seconds": demo.seconds,
+                            "left_behind": demo.left_behind,
+                            "trace": str(demo.trace),
+                        }
+                    ),
+                    encoding="utf-8",
+                )
                 os.replace(partial, record)
                 return demo
         saved = json.loads(record.read_text(encoding="utf-8"))
-        done = subprocess.CompletedProcess(saved["args"], saved["returncode"], saved["stdout"], saved["stderr"])
+        done = subprocess.CompletedProcess(
+            saved["args"], saved["returncode"], saved["stdout"], saved["stderr"]
+        )
         return DemoRun(done, saved["seconds"], saved["left_behind"], Path(saved["trace"]))
 
     def run_demo(step: str) -> DemoRun:
-        cwd, trace = tmp_path_factory.mktemp(f"demo-{step}"), tmp_path_factory.mktemp(f"trace-{step}") / "run.html"
+        cwd, trace = (
+            tmp_path_factory.mktemp(f"demo-{step}"),
+            tmp_path_factory.mktemp(f"trace-{step}") / "run.html",
+        )
         env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-        env.update(PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8",
-                   ANTHROPIC_CONFIG_DIR=str(tmp_path_factory.mktemp("anthropic-config")))
+        env.update(
+            PYTHONUNBUFFERED="1",
+            PYTHONIOENCODING="utf-8",
+            ANTHROPIC_CONFIG_DIR=str(tmp_path_factory.mktemp("anthropic-config")),
+        )
         command = [sys.executable, str(AGENTS / f"{step}.py"), "--trace", str(trace)]
         started = time.monotonic()
         try:
-            done = subprocess.run(command, text=True, encoding="utf-8", capture_output=True, cwd=cwd, env=env,
-                                  timeout=DEMO_TIMEOUT, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired as hung:  # a result all the same, so no other worker waits for it again
-            out, err = (s.decode("utf-8", "replace") if isinstance(s, bytes) else s or "" for s in (hung.stdout, hung.stderr))
-            done = subprocess.CompletedProcess(command, -9, out, err +  # -9: killed, as run() does on a timeout
-                                               f"\n[conftest] the demo was killed after its {DEMO_TIMEOUT}s timeout")
-        return DemoRun(done, time.monotonic() - started, sorted(p.name for p in cwd.iterdir()), trace)
+            done = subprocess.run(
+                command,
+                text=True,
+                encoding="utf-8",
+                capture_output=True,
+                cwd=cwd,
+                env=env,
+                timeout=DEMO_TIMEOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        except (
+            subprocess.TimeoutExpired
+        ) as hung:  # a result all the same, so no other worker waits for it again
+            out, err = (
+                s.decode("utf-8", "replace") if isinstance(s, bytes) else s or ""
+                for s in (hung.stdout, hung.stderr)
+            )
+            done = subprocess.CompletedProcess(
+                command,
+                -9,
+                out,
+                err  # -9: killed, as run() does on a timeout
+                + f"\n[conftest] the demo was killed after its {DEMO_TIMEOUT}s timeout",
+            )
+        return DemoRun(
+            done, time.monotonic() - started, sorted(p.name for p in cwd.iterdir()), trace
+        )
 
     return run
 
@@ -177,8 +224,13 @@ def workdir(tmp_path) -> Path:
 
 def step_env(server: StandIn, extra: dict) -> dict:
     """The environment of a step under test; a value of None removes that variable."""
-    env = dict(os.environ, ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="test-key",
-               PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8")
+    env = dict(
+        os.environ,
+        ANTHROPIC_BASE_URL=server.url,
+        ANTHROPIC_API_KEY="test-key",
+        PYTHONUNBUFFERED="1",
+        PYTHONIOENCODING="utf-8",
+    )
     env.update(extra)
     return {key: value for key, value in env.items() if value is not None}
 
@@ -190,9 +242,16 @@ def run_step(standin, workdir):
     def run(name: str, stdin: str = "", args=(), env=None, cwd=None, timeout=60, script=None):
         script = script or AGENTS / f"{name}.py"
         full_env = step_env(standin, env or {})
-        return subprocess.run([sys.executable, str(script), *args], input=stdin, text=True,
-                              encoding="utf-8", capture_output=True, cwd=cwd or workdir,
-                              env=full_env, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, str(script), *args],
+            input=stdin,
+            text=True,
+            encoding="utf-8",
+            capture_output=True,
+            cwd=cwd or workdir,
+            env=full_env,
+            timeout=timeout,
+        )
 
     return run
 
@@ -205,7 +264,9 @@ def load_step(standin, workdir, monkeypatch):
         monkeypatch.chdir(workdir)
         monkeypatch.setenv("ANTHROPIC_BASE_URL", standin.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
-        spec = importlib.util.spec_from_file_location(f"{name}_{uuid.uuid4().hex}", AGENTS / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(
+            f"{name}_{uuid.uuid4().hex}", AGENTS / f"{name}.py"
+        )
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         return module

@@ -30,8 +30,14 @@ from conftest import AGENTS, REPO, STEPS
 SPINE = "s01_agent_loop"
 MARK = re.compile(r"#\s*s\d\d:\s*\S")
 TOTAL_TOKENS = {"s01_agent_loop": 1000}  # the spine, whole
-OWN_TOKENS = {"s02_tool_use": 1800, "s03_todo": 950, "s06_compact": 1800, "s07_task_system": 2800,
-              "s09_team": 2500, "s11_autonomous": 2000}  # what a step's diff against its base adds
+OWN_TOKENS = {
+    "s02_tool_use": 1800,
+    "s03_todo": 950,
+    "s06_compact": 1800,
+    "s07_task_system": 2800,
+    "s09_team": 2500,
+    "s11_autonomous": 2000,
+}  # what a step's diff against its base adds
 
 
 def source(step: str) -> str:
@@ -65,12 +71,19 @@ def unmarked_changes(base: list, step: list, free: set = frozenset()) -> list:
         if op == "equal":
             continue
         new = [j for j in range(b1, b2) if j not in free]
-        firsts = [j for j in new if j - 1 not in new]  # one mark per run of changed lines, on its first
-        problems += [f"line {j + 1} changed without a mark: {step[j].strip()}" for j in firsts
-                     if not MARK.search(step[j])]
+        firsts = [
+            j for j in new if j - 1 not in new
+        ]  # one mark per run of changed lines, on its first
+        problems += [
+            f"line {j + 1} changed without a mark: {step[j].strip()}"
+            for j in firsts
+            if not MARK.search(step[j])
+        ]
         base_docstring = set(range(*_docstring_span(base)))
         gone = [base[i] for i in range(a1, a2) if i not in base_docstring]
-        if op == "delete" or (op == "replace" and gone and not any(MARK.search(step[j]) for j in range(b1, b2))):
+        if op == "delete" or (
+            op == "replace" and gone and not any(MARK.search(step[j]) for j in range(b1, b2))
+        ):
             problems += [f"removed without a marked replacement: {line.strip()}" for line in gone]
     return problems
 
@@ -97,9 +110,14 @@ def test_base_identity_the_diff_against_the_base_is_the_lesson(step):
 
 def test_the_spine_names_no_base_and_the_ladder_is_the_documented_one():
     assert "Base: none" in ast.get_docstring(ast.parse(source(SPINE)))
-    expected = {"s02_tool_use": SPINE, "s03_todo": "s02_tool_use", "s06_compact": "s02_tool_use",
-                "s07_task_system": "s02_tool_use", "s09_team": "s07_task_system",
-                "s11_autonomous": "s09_team"}
+    expected = {
+        "s02_tool_use": SPINE,
+        "s03_todo": "s02_tool_use",
+        "s06_compact": "s02_tool_use",
+        "s07_task_system": "s02_tool_use",
+        "s09_team": "s07_task_system",
+        "s11_autonomous": "s09_team",
+    }
     assert {step: base_of(step) for step in LATER_STEPS} == expected
 
 
@@ -111,12 +129,21 @@ def test_base_identity_check_can_fail():
     assert unmarked_changes(base, ["def f():"]) != []
     assert unmarked_changes(base, ["def f():", "    x = 1", "    return 1"]) != []
     assert unmarked_changes(base, ["def f():", "    x = 1", "    return 1"], free={1}) == []
-    assert unmarked_changes(base, ["def f():", "    x = 1  # s03: why", "    return 2"]) == []  # one run
+    assert (
+        unmarked_changes(base, ["def f():", "    x = 1  # s03: why", "    return 2"]) == []
+    )  # one run
     assert unmarked_changes(base, ["def f():", "    x = 1", "    return 2  # s03: why"]) != []
 
 
-SKIPPED = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
-           tokenize.ENDMARKER, tokenize.ENCODING}
+SKIPPED = {
+    tokenize.COMMENT,
+    tokenize.NL,
+    tokenize.NEWLINE,
+    tokenize.INDENT,
+    tokenize.DEDENT,
+    tokenize.ENDMARKER,
+    tokenize.ENCODING,
+}
 
 
 def code_tokens(text: str, lines: set | None = None) -> int:
@@ -135,7 +162,11 @@ def code_tokens(text: str, lines: set | None = None) -> int:
             depth -= kind == "FSTRING_END"
             count += kind == "FSTRING_END" and (lines is None or token.start[0] in lines)
             continue
-        if token.type in SKIPPED or token.start[0] in doc or (lines and token.start[0] not in lines):
+        if (
+            token.type in SKIPPED
+            or token.start[0] in doc
+            or (lines and token.start[0] not in lines)
+        ):
             continue
         count += 1
     return count
@@ -144,8 +175,12 @@ def code_tokens(text: str, lines: set | None = None) -> int:
 def added_lines(base: list, step: list) -> set:
     """1-based numbers of the lines the diff against the base adds (marked lines too)."""
     matcher = difflib.SequenceMatcher(a=base, b=step, autojunk=False)
-    return {j + 1 for op, _, _, b1, b2 in matcher.get_opcodes() if op in ("replace", "insert")
-            for j in range(b1, b2)}
+    return {
+        j + 1
+        for op, _, _, b1, b2 in matcher.get_opcodes()
+        if op in ("replace", "insert")
+        for j in range(b1, b2)
+    }
 
 
 @pytest.mark.parametrize("step", STEPS)
@@ -156,7 +191,9 @@ def test_token_budget(step):
         return
     base = source(base_of(step)).splitlines()
     own = code_tokens(text, added_lines(base, text.splitlines()))
-    assert own <= OWN_TOKENS[step], f"{step} adds {own} code tokens; its budget is {OWN_TOKENS[step]}"
+    assert own <= OWN_TOKENS[step], (
+        f"{step} adds {own} code tokens; its budget is {OWN_TOKENS[step]}"
+    )
 
 
 def test_the_token_count_ignores_layout_and_comments():
@@ -170,9 +207,16 @@ def test_the_token_count_ignores_layout_and_comments():
 @pytest.mark.parametrize("step", STEPS)
 def test_every_function_and_method_is_used(step):
     text = source(step)
-    defined = [n.name for n in ast.walk(ast.parse(text)) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
-    unused = [name for name in defined if not name.startswith("__") and
-              len(re.findall(rf"\b{re.escape(name)}\b", text)) < 2]
+    defined = [
+        n.name
+        for n in ast.walk(ast.parse(text))
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    ]
+    unused = [
+        name
+        for name in defined
+        if not name.startswith("__") and len(re.findall(rf"\b{re.escape(name)}\b", text)) < 2
+    ]
     assert not unused, f"{step} defines but never uses: {unused}"
 
 
@@ -183,8 +227,13 @@ def test_lines_and_complexity_pass_ruff():
         if os.getenv("REQUIRE_RUFF"):
             pytest.fail("ruff is required in CI (.ci/run installs it)")
         pytest.skip("ruff is not installed")
-    done = subprocess.run([ruff, "check", "--no-cache", "agents", "tests"], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [ruff, "check", "--no-cache", "agents", "tests"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr
 
 
@@ -205,7 +254,9 @@ def sections(text: str) -> list:
 @pytest.mark.parametrize("step", STEPS)
 def test_docs_parity(step):
     en, zh = doc("en", step), doc("zh", step)
-    assert len(sections(en)) == len(sections(zh)) >= 7, "same sections in both languages (DESIGN.md 8)"
+    assert len(sections(en)) == len(sections(zh)) >= 7, (
+        "same sections in both languages (DESIGN.md 8)"
+    )
     en_blocks, zh_blocks = FENCE.findall(en), FENCE.findall(zh)
     assert [lang for lang, _ in en_blocks] == [lang for lang, _ in zh_blocks], "same code blocks"
     code = lambda blocks: [body for lang, body in blocks if lang in ("python", "bash", "sh")]  # noqa: E731
@@ -219,7 +270,9 @@ def avoided_terms() -> dict:
     for line in (REPO / "docs" / "zh" / "README.md").read_text(encoding="utf-8").splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
         if len(cells) == 4 and cells[1] and cells[0] not in ("English", "---"):
-            avoided.update({word.strip(): cells[1] for word in cells[3].split("、") if word.strip()})
+            avoided.update(
+                {word.strip(): cells[1] for word in cells[3].split("、") if word.strip()}
+            )
     return avoided
 
 
@@ -236,19 +289,31 @@ def test_chinese_pages_use_the_one_glossary(page):
 @pytest.mark.parametrize("step", STEPS)
 def test_snippets_match_script(step, lang):
     script = source(step)
-    stale = [body for kind, body in FENCE.findall(doc(lang, step)) if kind == "python" and body not in script]
+    stale = [
+        body
+        for kind, body in FENCE.findall(doc(lang, step))
+        if kind == "python" and body not in script
+    ]
     assert not stale, "snippets not found verbatim in the script:\n" + "\n---\n".join(stale)
 
 
 @pytest.mark.parametrize("readme", ["README.md", "README.zh.md"])
 def test_ci_runs_exactly_the_readmes_test_command(readme):
-    blocks = [body.strip() for lang, body in FENCE.findall((REPO / readme).read_text(encoding="utf-8")) if lang == "sh"]
+    blocks = [
+        body.strip()
+        for lang, body in FENCE.findall((REPO / readme).read_text(encoding="utf-8"))
+        if lang == "sh"
+    ]
     test_command = next(block for block in blocks if block.endswith("-m pytest"))
     run_command = next(block for block in blocks if block.endswith("agents/s01_agent_loop.py"))
     assert (REPO / ".ci" / "run").read_text().rstrip().splitlines()[-1] == test_command
-    assert test_command.startswith("python3 -m venv") and "pip --python .venv/bin/python" in test_command, \
-        "both commands make and use a virtual environment (PEP 668 refuses the system Python)"
-    assert run_command.rsplit("&&", 1)[0] == test_command.rsplit("&&", 1)[0], "one install, two commands"
+    assert (
+        test_command.startswith("python3 -m venv")
+        and "pip --python .venv/bin/python" in test_command
+    ), "both commands make and use a virtual environment (PEP 668 refuses the system Python)"
+    assert run_command.rsplit("&&", 1)[0] == test_command.rsplit("&&", 1)[0], (
+        "one install, two commands"
+    )
 
 
 # -- Standalone scripts -------------------------------------------------------------------
@@ -266,11 +331,15 @@ def test_imports_only_stdlib_anthropic_dotenv(step):
 
 @pytest.mark.parametrize("step", STEPS)
 def test_import_has_no_side_effects(step, tmp_path):
-    code = ("import importlib.util, sys, threading\n"
-            f"spec = importlib.util.spec_from_file_location('step', {str(AGENTS / (step + '.py'))!r})\n"
-            "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
-            "assert threading.active_count() == 1, 'a thread was started on import'\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    code = (
+        "import importlib.util, sys, threading\n"
+        f"spec = importlib.util.spec_from_file_location('step', {str(AGENTS / (step + '.py'))!r})\n"
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
+        "assert threading.active_count() == 1, 'a thread was started on import'\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout == "" and list(tmp_path.iterdir()) == []
 
@@ -280,6 +349,8 @@ def test_offline_demo_runs_and_leaves_nothing(offline_demo, step):
     demo = offline_demo(step)
     assert demo.done.returncode == 0, demo.done.stdout[-2000:] + demo.done.stderr
     assert "OFFLINE DEMO" in demo.done.stdout and "0 rejected by the validator" in demo.done.stdout
-    assert "Unknown command" not in demo.done.stdout, "every scripted line of the demo is a real command"
+    assert "Unknown command" not in demo.done.stdout, (
+        "every scripted line of the demo is a real command"
+    )
     assert demo.left_behind == [], "the demo must not create files in the current folder"
     assert (AGENTS / "demos" / f"{step}.py").exists()

@@ -35,11 +35,16 @@ def test_offline_demo_shows_the_loop_a_repaired_reply_and_an_error_result(offlin
 
 def test_the_loop_runs_every_call_and_answers_each_once_in_one_turn(agent, standin, workdir):
     (workdir / "a.txt").write_text("alpha\n")
-    standin.policy = ScriptedModel([
-        [tool_use("bash", {"command": "cat a.txt"}), tool_use("nope", {}),
-         tool_use("bash", {"bad": "argument"})],
-        ["Looked at it."],
-    ])
+    standin.policy = ScriptedModel(
+        [
+            [
+                tool_use("bash", {"command": "cat a.txt"}),
+                tool_use("nope", {}),
+                tool_use("bash", {"bad": "argument"}),
+            ],
+            ["Looked at it."],
+        ]
+    )
     history = [user("look")]
     agent.agent_loop(history)
     assert standin.rejected == [] and len(standin.requests) == 2
@@ -47,7 +52,10 @@ def test_the_loop_runs_every_call_and_answers_each_once_in_one_turn(agent, stand
     results = results_in(history[2])
     assert [r["tool_use_id"] for r in results] == calls
     assert results[0]["content"] == "alpha\n" and not results[0].get("is_error")
-    assert results[1]["is_error"] and "Unknown tool 'nope'. Available: ['bash']" in results[1]["content"]
+    assert (
+        results[1]["is_error"]
+        and "Unknown tool 'nope'. Available: ['bash']" in results[1]["content"]
+    )
     assert results[2]["is_error"] and "unexpected keyword argument 'bad'" in results[2]["content"]
     assert history[-1]["role"] == "assistant"
 
@@ -62,9 +70,26 @@ def test_bash_runs_in_the_workspace_with_a_timeout_and_a_cap(agent, workdir):
     assert result["is_error"] and "timed out" in result["content"]
 
 
-RUNS = {"whitespace_text", "empty_text", "duplicate_ids", "reused_id", "odd_id", "call_under_end_turn",
-        "unknown_stop_reason", "no_stop", "null_usage", "no_usage", "unknown_block"}
-MALFORMED = {"string_input", "list_input", "null_input", "missing_name", "empty_name"}  # s02 parses strings
+RUNS = {
+    "whitespace_text",
+    "empty_text",
+    "duplicate_ids",
+    "reused_id",
+    "odd_id",
+    "call_under_end_turn",
+    "unknown_stop_reason",
+    "no_stop",
+    "null_usage",
+    "no_usage",
+    "unknown_block",
+}
+MALFORMED = {
+    "string_input",
+    "list_input",
+    "null_input",
+    "missing_name",
+    "empty_name",
+}  # s02 parses strings
 NO_CALL = {"whitespace_only", "tool_use_without_call"}
 
 
@@ -74,7 +99,8 @@ def test_the_quirk_lists_cover_the_catalogue():
 
 @pytest.mark.parametrize("quirk", sorted(QUIRKS))
 def test_every_quirk_leaves_a_valid_history_and_the_next_prompt_is_answered(
-        quirk, agent, standin, type_lines, capsys):
+    quirk, agent, standin, type_lines, capsys
+):
     call = tool_use("bash", {"command": "echo ran-$((20 + 22))"})
     turns = [QUIRKS[quirk](call), ["first done"], QUIRKS[quirk](call), ["answered second"]]
     if quirk in NO_CALL:  # the quirk ends the turn by itself
@@ -87,18 +113,30 @@ def test_every_quirk_leaves_a_valid_history_and_the_next_prompt_is_answered(
     assert "answered second" in out or "answered third" in out
     sent = standin.requests[-1]["messages"]
     results = [b for m in sent for b in m["content"] if b["type"] == "tool_result"]
-    ids = [b["id"] for m in sent if m["role"] == "assistant" for b in m["content"]
-           if b["type"] == "tool_use"]
+    ids = [
+        b["id"]
+        for m in sent
+        if m["role"] == "assistant"
+        for b in m["content"]
+        if b["type"] == "tool_use"
+    ]
     assert len(ids) == len(set(ids)) == len(results)  # every call answered once, ids unique
     if quirk in RUNS:
         assert results and all("ran-42" in r["content"] for r in results)
     if quirk in MALFORMED:
-        assert results and all(r["is_error"] and "malformed call, not run" in r["content"]
-                               for r in results)
+        assert results and all(
+            r["is_error"] and "malformed call, not run" in r["content"] for r in results
+        )
     if quirk in NO_CALL:
         assert results == []
-    if quirk not in ("call_under_end_turn", "unknown_stop_reason", "no_stop", "null_usage", "no_usage",
-                     "tool_use_without_call"):
+    if quirk not in (
+        "call_under_end_turn",
+        "unknown_stop_reason",
+        "no_stop",
+        "null_usage",
+        "no_usage",
+        "tool_use_without_call",
+    ):
         assert "[repaired the reply:" in out or quirk == "whitespace_only"
 
 
@@ -114,14 +152,19 @@ def test_ids_are_repaired_deterministically_and_results_use_them(agent, standin,
     assert sent[4]["content"][0]["tool_use_id"] == "functions_bash_0"
 
 
-def test_an_empty_reply_is_not_stored_and_the_next_words_join_the_turn(agent, standin, type_lines,
-                                                                       capsys):
+def test_an_empty_reply_is_not_stored_and_the_next_words_join_the_turn(
+    agent, standin, type_lines, capsys
+):
     standin.policy = ScriptedModel([QUIRKS["whitespace_only"](None), ["fine"]])
     type_lines("first", "second")
     agent.repl()
     assert "[the model sent an empty reply; tell it how to go on]" in capsys.readouterr().out
-    assert standin.requests[-1]["messages"] == [{"role": "user", "content": [
-        {"type": "text", "text": "first"}, {"type": "text", "text": "second"}]}]
+    assert standin.requests[-1]["messages"] == [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "first"}, {"type": "text", "text": "second"}],
+        }
+    ]
 
 
 @pytest.mark.parametrize("lines", [["q"], ["exit"], [], ["  EXIT  "]])
@@ -134,6 +177,7 @@ def test_repl_quits_cleanly(agent, standin, type_lines, capsys, lines):
 def test_ctrl_c_at_the_prompt_quits(agent, standin, monkeypatch):
     def ctrl_c(prompt):
         raise KeyboardInterrupt
+
     monkeypatch.setattr("builtins.input", ctrl_c)
     agent.repl()
     assert standin.requests == []
@@ -146,14 +190,19 @@ def test_an_empty_line_does_nothing(agent, standin, type_lines, capsys):
     assert "answered" in capsys.readouterr().out and len(standin.requests) == 1
 
 
-def test_ctrl_c_during_a_tool_answers_every_call_and_the_repl_goes_on(agent, standin, type_lines,
-                                                                     capsys):
+def test_ctrl_c_during_a_tool_answers_every_call_and_the_repl_goes_on(
+    agent, standin, type_lines, capsys
+):
     def interrupted(command):
         raise KeyboardInterrupt
 
     agent.TOOL_HANDLERS["bash"] = interrupted
-    standin.policy = ScriptedModel([[tool_use("bash", {"command": "one"}),
-                                     tool_use("bash", {"command": "two"})], ["moving on"]])
+    standin.policy = ScriptedModel(
+        [
+            [tool_use("bash", {"command": "one"}), tool_use("bash", {"command": "two"})],
+            ["moving on"],
+        ]
+    )
     type_lines("do two things", "next")
     agent.repl()
     out = capsys.readouterr().out
@@ -163,7 +212,9 @@ def test_ctrl_c_during_a_tool_answers_every_call_and_the_repl_goes_on(agent, sta
     assert [r["content"] for r in answered] == ["Error: interrupted by the user"] * 2
 
 
-def test_an_api_error_is_one_line_and_the_next_prompt_is_answered(agent, standin, type_lines, capsys):
+def test_an_api_error_is_one_line_and_the_next_prompt_is_answered(
+    agent, standin, type_lines, capsys
+):
     standin.policy = ScriptedModel([["second answer"]])
     standin.fail_next(400)
     type_lines("first", "second")
@@ -173,8 +224,9 @@ def test_an_api_error_is_one_line_and_the_next_prompt_is_answered(agent, standin
     assert standin.rejected == [] and "Traceback" not in out
 
 
-def test_ctrl_c_during_the_model_call_marks_nothing_and_the_repl_goes_on(agent, standin, type_lines,
-                                                                          capsys, monkeypatch):
+def test_ctrl_c_during_the_model_call_marks_nothing_and_the_repl_goes_on(
+    agent, standin, type_lines, capsys, monkeypatch
+):
     real_create = agent.client.messages.create
     calls = []
 
@@ -191,8 +243,15 @@ def test_ctrl_c_during_the_model_call_marks_nothing_and_the_repl_goes_on(agent, 
     out = capsys.readouterr().out
     assert "[interrupted by the user]" in out and "the next answer" in out
     assert standin.rejected == []
-    assert standin.requests[0]["messages"] == [{"role": "user", "content": [
-        {"type": "text", "text": "tell me everything"}, {"type": "text", "text": "shorter please"}]}]
+    assert standin.requests[0]["messages"] == [
+        {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": "tell me everything"},
+                {"type": "text", "text": "shorter please"},
+            ],
+        }
+    ]
 
 
 def test_standalone_copy_runs_with_a_key_and_explains_without_one(run_step, standin, tmp_path):
@@ -203,8 +262,13 @@ def test_standalone_copy_runs_with_a_key_and_explains_without_one(run_step, stan
     done = run_step(STEP, "go\n", script=alone / "agent.py", cwd=alone)
     assert done.returncode == 0, done.stderr
     assert (alone / "x.txt").read_text() == "made\n" and "ok" in done.stdout
-    keyless = run_step(STEP, "", script=alone / "agent.py", cwd=alone,
-                       env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_BASE_URL": None})
+    keyless = run_step(
+        STEP,
+        "",
+        script=alone / "agent.py",
+        cwd=alone,
+        env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_BASE_URL": None},
+    )
     assert keyless.returncode != 0
     assert "ANTHROPIC_API_KEY" in keyless.stderr and "agents/offline" in keyless.stderr
     assert "Traceback" not in keyless.stderr

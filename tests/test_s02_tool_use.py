@@ -27,41 +27,71 @@ def user(text: str) -> dict:
 
 def texts(message: dict) -> list:
     content = message["content"]
-    return [content] if isinstance(content, str) else [b.get("text") for b in content if b["type"] == "text"]
+    return (
+        [content]
+        if isinstance(content, str)
+        else [b.get("text") for b in content if b["type"] == "text"]
+    )
 
 
 # -- End to end, as a learner runs it ------------------------------------------------
 def test_subprocess_run_streams_writes_and_answers(run_step, standin, workdir):
-    standin.policy = ScriptedModel([
-        ["Writing it now.", tool_use("write_file", {"path": "out/hello.txt", "content": "hi there\n"})],
-        [tool_use("bash", {"command": "cat out/hello.txt"})],
-        ["All done: the file says hi."],
-    ])
+    standin.policy = ScriptedModel(
+        [
+            [
+                "Writing it now.",
+                tool_use("write_file", {"path": "out/hello.txt", "content": "hi there\n"}),
+            ],
+            [tool_use("bash", {"command": "cat out/hello.txt"})],
+            ["All done: the file says hi."],
+        ]
+    )
     done = run_step(STEP, "write the file\n")
     assert done.returncode == 0, done.stderr
     assert (workdir / "out" / "hello.txt").read_text() == "hi there\n"
-    assert "s02 >> Writing it now.\n> write_file:" in done.stdout  # streamed text, then the call once complete
+    assert (
+        "s02 >> Writing it now.\n> write_file:" in done.stdout
+    )  # streamed text, then the call once complete
     assert "All done: the file says hi." in done.stdout
     assert done.stderr == ""  # no SDK warnings on a normal run
     assert len(standin.requests) == 3 and standin.rejected == []
-    assert all(r["stream"] is True and r["cache_control"] == {"type": "ephemeral"} for r in standin.requests)
+    assert all(
+        r["stream"] is True and r["cache_control"] == {"type": "ephemeral"}
+        for r in standin.requests
+    )
 
 
 def test_subprocess_session_survives_every_reply_shape(run_step, standin):
     """Empty replies, a refusal, cut-offs and a pause: each is one line, the REPL goes on and
     every later request is still valid (today's main got stuck after the first empty reply)."""
     refusal = {"type": "refusal", "category": "cyber", "explanation": "This request was declined."}
-    standin.policy = ScriptedModel([
-        reply([]),  # "say hi": an empty end_turn
-        ["hi \udc00 there"],  # "continue": text with a lone surrogate (valid JSON, not printable UTF-8)
-        reply(["Sure, here is how to"], "refusal", refusal),  # "break in"
-        reply(["Listing:", tool_use("bash", {"command": "ls " + "x" * 80})], "max_tokens"),
-        reply(["Searching..."], "pause_turn"),
-        reply(["The answer is"], "model_context_window_exceeded"),
-        reply([], "refusal"),
-        ["still here"],
-    ])
-    lines = ["", "/help", "say hi", "continue", "break in", "list", "search", "long", "again", "last", "q"]
+    standin.policy = ScriptedModel(
+        [
+            reply([]),  # "say hi": an empty end_turn
+            [
+                "hi \udc00 there"
+            ],  # "continue": text with a lone surrogate (valid JSON, not printable UTF-8)
+            reply(["Sure, here is how to"], "refusal", refusal),  # "break in"
+            reply(["Listing:", tool_use("bash", {"command": "ls " + "x" * 80})], "max_tokens"),
+            reply(["Searching..."], "pause_turn"),
+            reply(["The answer is"], "model_context_window_exceeded"),
+            reply([], "refusal"),
+            ["still here"],
+        ]
+    )
+    lines = [
+        "",
+        "/help",
+        "say hi",
+        "continue",
+        "break in",
+        "list",
+        "search",
+        "long",
+        "again",
+        "last",
+        "q",
+    ]
     done = run_step(STEP, "\n".join(lines) + "\n")
     out = done.stdout
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
@@ -72,7 +102,9 @@ def test_subprocess_session_survives_every_reply_shape(run_step, standin):
     assert "cut off at max_tokens (8000); an unfinished tool call was not run" in out
     assert "paused this turn (pause_turn)" in out and "the context window is full" in out
     assert "s02 >> still here" in out
-    assert standin.rejected == [] and len(standin.requests) == 8  # the empty line and /help sent nothing
+    assert (
+        standin.rejected == [] and len(standin.requests) == 8
+    )  # the empty line and /help sent nothing
     last = standin.requests[-1]["messages"]
     assert "hi ? there" in str(last)  # the history keeps a sendable copy of the text
     refused = [m for m in last if "break in" in texts(m)][0]
@@ -80,29 +112,45 @@ def test_subprocess_session_survives_every_reply_shape(run_step, standin):
     assert after.startswith("[not answered: the model declined")
     assert "Sure, here is how to" not in str(last)  # the refused reply is not kept
     cut = [m for m in last if m["role"] == "user" and latest_results({"messages": [m]})][0]
-    assert latest_results({"messages": [cut]})[0]["content"].startswith("Error: cut off at max_tokens")
+    assert latest_results({"messages": [cut]})[0]["content"].startswith(
+        "Error: cut off at max_tokens"
+    )
 
 
-@pytest.mark.parametrize("fault", ["stream_drop", "stream_error", "html", "truncated", "no_content"])
-def test_broken_replies_are_one_line_and_the_repl_goes_on(agent, standin, type_lines, capsys, fault):
+@pytest.mark.parametrize(
+    "fault", ["stream_drop", "stream_error", "html", "truncated", "no_content"]
+)
+def test_broken_replies_are_one_line_and_the_repl_goes_on(
+    agent, standin, type_lines, capsys, fault
+):
     standin.policy = ScriptedModel([["this reply is broken on the way"], ["fine now"]])
-    standin.fail_next(fault)  # after a 200 the SDK does not retry: the error reaches the REPL at once
+    standin.fail_next(
+        fault
+    )  # after a 200 the SDK does not retry: the error reaches the REPL at once
     type_lines("first", "second")
     agent.repl()
     out = capsys.readouterr().out
     error_lines = [line for line in out.splitlines() if line.startswith("[") and "Error" in line]
     assert len(error_lines) == 1 and "fine now" in out
     assert standin.rejected == []
-    assert texts(standin.requests[-1]["messages"][0])[:2] == ["first", texts(standin.requests[-1]["messages"][0])[1]]
+    assert texts(standin.requests[-1]["messages"][0])[:2] == [
+        "first",
+        texts(standin.requests[-1]["messages"][0])[1],
+    ]
     assert texts(standin.requests[-1]["messages"][0])[1].startswith("[not answered: ")
 
 
 def test_dotenv_in_current_folder_is_read_and_shell_wins(run_step, standin, workdir):
-    (workdir / ".env").write_text(f"ANTHROPIC_BASE_URL={standin.url}\nANTHROPIC_API_KEY=from-dotenv\n"
-                                  "MODEL_ID=model-from-dotenv\n")
+    (workdir / ".env").write_text(
+        f"ANTHROPIC_BASE_URL={standin.url}\nANTHROPIC_API_KEY=from-dotenv\n"
+        "MODEL_ID=model-from-dotenv\n"
+    )
     standin.policy = ScriptedModel([["hello"]])
-    done = run_step(STEP, "hi\n", env={"ANTHROPIC_BASE_URL": None, "ANTHROPIC_API_KEY": None,
-                                        "MODEL_ID": "model-from-shell"})
+    done = run_step(
+        STEP,
+        "hi\n",
+        env={"ANTHROPIC_BASE_URL": None, "ANTHROPIC_API_KEY": None, "MODEL_ID": "model-from-shell"},
+    )
     assert done.returncode == 0, done.stderr
     assert "hello" in done.stdout
     assert standin.requests[0]["model"] == "model-from-shell"
@@ -119,12 +167,19 @@ def test_standalone_copy_runs_with_a_key_and_explains_without_one(run_step, stan
     alone = tmp_path / "alone"
     alone.mkdir()
     shutil.copy(AGENTS / f"{STEP}.py", alone / "agent.py")
-    standin.policy = ScriptedModel([[tool_use("write_file", {"path": "x.txt", "content": "x"})], ["ok"]])
+    standin.policy = ScriptedModel(
+        [[tool_use("write_file", {"path": "x.txt", "content": "x"})], ["ok"]]
+    )
     done = run_step(STEP, "go\n", script=alone / "agent.py", cwd=alone)
     assert done.returncode == 0, done.stderr
     assert (alone / "x.txt").read_text() == "x" and "ok" in done.stdout
-    keyless = run_step(STEP, "", script=alone / "agent.py", cwd=alone,
-                       env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_BASE_URL": None})
+    keyless = run_step(
+        STEP,
+        "",
+        script=alone / "agent.py",
+        cwd=alone,
+        env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_BASE_URL": None},
+    )
     assert keyless.returncode != 0
     assert "ANTHROPIC_API_KEY" in keyless.stderr and "agents/offline" in keyless.stderr
 
@@ -135,7 +190,9 @@ def test_offline_demo_shows_every_tool_and_a_recovered_error(offline_demo):
     assert "OFFLINE DEMO" in done.stdout and "SCRIPTED" in done.stdout
     for tool in ("read_file", "write_file", "edit_file", "bash"):
         assert f"> {tool}:" in done.stdout
-    assert "ERROR Error: old_text not found in todo.md" in done.stdout  # an error is a result, not a crash
+    assert (
+        "ERROR Error: old_text not found in todo.md" in done.stdout
+    )  # an error is a result, not a crash
     assert "it has 4 lines" in done.stdout  # the answer quotes what bash really printed
     assert "Commands: /help" in done.stdout
 
@@ -163,15 +220,35 @@ def agent(load_step, workdir, tmp_path):
 BAD_CALLS = [
     ("unknown_tool", "launch_rockets", {}, "Unknown tool 'launch_rockets'"),
     ("missing_arg", "write_file", {"path": "a.txt"}, "missing required argument(s) ['content']"),
-    ("wrong_type", "read_file", {"path": "notes.txt", "limit": "two"}, "'limit' must be of type integer, got str"),
-    ("bool_is_not_int", "read_file", {"path": "notes.txt", "limit": True}, "'limit' must be of type integer, got bool"),
+    (
+        "wrong_type",
+        "read_file",
+        {"path": "notes.txt", "limit": "two"},
+        "'limit' must be of type integer, got str",
+    ),
+    (
+        "bool_is_not_int",
+        "read_file",
+        {"path": "notes.txt", "limit": True},
+        "'limit' must be of type integer, got bool",
+    ),
     ("unknown_arg", "bash", {"command": "ls", "sudo": True}, "unknown argument 'sudo'"),
     ("bad_limit", "read_file", {"path": "notes.txt", "limit": 0}, "limit must be a positive"),
     ("dotdot", "write_file", {"path": "../x", "content": "x"}, "outside the workspace"),
     ("absolute", "read_file", {"path": "/etc/passwd"}, "outside the workspace"),
     ("symlink_out", "read_file", {"path": "link.txt"}, "outside the workspace"),
-    ("edit_absent", "edit_file", {"path": "notes.txt", "old_text": "five", "new_text": "5"}, "not found"),
-    ("edit_ambiguous", "edit_file", {"path": "twice.txt", "old_text": "same", "new_text": "x"}, "appears 2 times"),
+    (
+        "edit_absent",
+        "edit_file",
+        {"path": "notes.txt", "old_text": "five", "new_text": "5"},
+        "not found",
+    ),
+    (
+        "edit_ambiguous",
+        "edit_file",
+        {"path": "twice.txt", "old_text": "same", "new_text": "x"},
+        "appears 2 times",
+    ),
     ("missing_file", "read_file", {"path": "nope.txt"}, "nope.txt is not a regular file"),
     ("a_folder", "read_file", {"path": "."}, "is not a regular file"),
 ]
@@ -190,7 +267,9 @@ def test_bad_tool_input_becomes_error_result(agent, standin, name, tool, args, e
 
 
 def test_nothing_written_outside_workspace(agent, standin, workdir):
-    standin.policy = ScriptedModel([[tool_use("write_file", {"path": "../escaped.txt", "content": "x"})], ["ok"]])
+    standin.policy = ScriptedModel(
+        [[tool_use("write_file", {"path": "../escaped.txt", "content": "x"})], ["ok"]]
+    )
     agent.agent_loop([user("go")])
     assert not (workdir.parent / "escaped.txt").exists()
 
@@ -221,7 +300,10 @@ def test_bash_returns_when_a_daemon_keeps_the_output_open(agent, workdir):
     started = time.monotonic()
     output = agent.run_bash(f"setsid sleep 20 & echo started; echo $! > {workdir}/daemon.pid")
     assert time.monotonic() - started < 10  # returns after ~1 s, not when the daemon ends (20 s)
-    assert output.startswith("started") and "a background process still holds the output open" in output
+    assert (
+        output.startswith("started")
+        and "a background process still holds the output open" in output
+    )
     pid = int((workdir / "daemon.pid").read_text())
     os.kill(pid, signal.SIGKILL)
 
@@ -237,7 +319,9 @@ def test_bash_timeout_kills_the_command_and_says_so(agent):
 def test_ctrl_c_kills_the_running_command(agent, standin, workdir):
     """A bash command started by the agent must not outlive an interrupted turn."""
     marker = workdir / "still-running"
-    standin.policy = ScriptedModel([[tool_use("bash", {"command": f"sleep 30 && touch {marker}"})], ["x"]])
+    standin.policy = ScriptedModel(
+        [[tool_use("bash", {"command": f"sleep 30 && touch {marker}"})], ["x"]]
+    )
     agent.BASH_TIMEOUT = 30
     started = threading.Event()
     real_popen = agent.subprocess.Popen
@@ -249,7 +333,9 @@ def test_ctrl_c_kills_the_running_command(agent, standin, workdir):
 
     agent.subprocess.Popen = WatchedPopen
     try:
-        threading.Thread(target=lambda: started.wait(10) and os.kill(os.getpid(), signal.SIGINT), daemon=True).start()
+        threading.Thread(
+            target=lambda: started.wait(10) and os.kill(os.getpid(), signal.SIGINT), daemon=True
+        ).start()
         with pytest.raises(KeyboardInterrupt):
             agent.agent_loop([user("go")])
     finally:
@@ -326,44 +412,65 @@ def test_read_file_reads_no_more_than_it_can_return(agent, workdir, monkeypatch)
 
 # -- The loop: parallel calls, Ctrl-C, API errors ------------------------------------------
 def test_parallel_tool_calls_each_get_one_result(agent, standin):
-    standin.policy = ScriptedModel([
-        [tool_use("bash", {"command": "echo a"}), tool_use("nope", {}), tool_use("bash", {"command": "echo c"})],
-        ["ok"],
-    ])
+    standin.policy = ScriptedModel(
+        [
+            [
+                tool_use("bash", {"command": "echo a"}),
+                tool_use("nope", {}),
+                tool_use("bash", {"command": "echo c"}),
+            ],
+            ["ok"],
+        ]
+    )
     agent.agent_loop([user("go")])
     results = results_sent(standin, 1)
-    uses = [b["id"] for b in standin.requests[1]["messages"][1]["content"] if b["type"] == "tool_use"]
+    uses = [
+        b["id"] for b in standin.requests[1]["messages"][1]["content"] if b["type"] == "tool_use"
+    ]
     assert [r["tool_use_id"] for r in results] == uses
     assert [r.get("is_error", False) for r in results] == [False, True, False]
 
 
-def test_ctrl_c_during_the_third_call_keeps_the_first_two_results(agent, standin, type_lines, capsys):
+def test_ctrl_c_during_the_third_call_keeps_the_first_two_results(
+    agent, standin, type_lines, capsys
+):
     """Today's main told the model that two calls which ran did not."""
+
     def interrupted(command):
         if command == "third":
             raise KeyboardInterrupt
         return f"ran {command}"
 
     agent.TOOL_HANDLERS["bash"] = interrupted
-    standin.policy = ScriptedModel([[tool_use("bash", {"command": c}) for c in ("first", "second", "third", "4th")],
-                                    ["fine, moving on"]])
+    standin.policy = ScriptedModel(
+        [
+            [tool_use("bash", {"command": c}) for c in ("first", "second", "third", "4th")],
+            ["fine, moving on"],
+        ]
+    )
     type_lines("do four things", "next")
     agent.repl()
     out = capsys.readouterr().out
     assert "[interrupted by the user]" in out and "fine, moving on" in out
     assert standin.rejected == []
     sent = latest_results({"messages": [standin.requests[1]["messages"][2]]})
-    assert [r["content"] for r in sent] == ["ran first", "ran second", "Error: interrupted by the user",
-                                           "Error: interrupted by the user"]
+    assert [r["content"] for r in sent] == [
+        "ran first",
+        "ran second",
+        "Error: interrupted by the user",
+        "Error: interrupted by the user",
+    ]
     assert texts(standin.requests[1]["messages"][2])[-1] == "next"
 
 
 def test_ctrl_c_mid_stream_closes_the_turn_validly(agent, standin, type_lines, capsys):
-    standin.policy = ScriptedModel([["a long answer that is still streaming when you press Ctrl-C"],
-                                    ["the next answer"]])
+    standin.policy = ScriptedModel(
+        [["a long answer that is still streaming when you press Ctrl-C"], ["the next answer"]]
+    )
     standin.fail_next("stream_stall")
-    threading.Thread(target=lambda: standin.stalled.wait(10) and os.kill(os.getpid(), signal.SIGINT),
-                     daemon=True).start()
+    threading.Thread(
+        target=lambda: standin.stalled.wait(10) and os.kill(os.getpid(), signal.SIGINT), daemon=True
+    ).start()
     type_lines("tell me everything", "shorter please")
     try:
         agent.repl()
@@ -373,7 +480,10 @@ def test_ctrl_c_mid_stream_closes_the_turn_validly(agent, standin, type_lines, c
     assert "[interrupted by the user]" in out and "the next answer" in out
     assert standin.rejected == []
     assert texts(standin.requests[-1]["messages"][0]) == [
-        "tell me everything", "[not answered: interrupted by the user]", "shorter please"]
+        "tell me everything",
+        "[not answered: interrupted by the user]",
+        "shorter please",
+    ]
 
 
 def test_ctrl_c_in_a_slash_command_keeps_the_repl(agent, standin, type_lines, capsys):
@@ -416,7 +526,10 @@ def test_http_400_marks_the_prompt_and_keeps_the_repl(agent, standin, type_lines
     assert "[BadRequestError: " in out and "second answer" in out
     assert len(standin.requests) == 2 and standin.rejected == []
     assert texts(standin.requests[1]["messages"][0]) == [  # kept, and marked as never answered
-        "first", texts(standin.requests[1]["messages"][0])[1], "second"]
+        "first",
+        texts(standin.requests[1]["messages"][0])[1],
+        "second",
+    ]
     assert texts(standin.requests[1]["messages"][0])[1].startswith("[not answered: BadRequestError")
 
 
@@ -455,7 +568,9 @@ def test_api_error_mid_turn_closes_open_tool_calls(agent, standin, type_lines, c
     assert "after" in capsys.readouterr().out
     assert standin.rejected == []
     resumed = standin.requests[-1]["messages"][2]
-    assert latest_results({"messages": [resumed]})[0]["content"] == "hi"  # the result that ran is kept
+    assert (
+        latest_results({"messages": [resumed]})[0]["content"] == "hi"
+    )  # the result that ran is kept
     assert texts(resumed)[0].startswith("[not answered: ")
 
 
@@ -470,8 +585,19 @@ def test_the_history_is_read_from_the_cache_on_the_next_call(agent, standin):
 
 
 # -- Every reply a real endpoint sends (offline.QUIRKS) --------------------------------
-RUNS = {"whitespace_text", "empty_text", "duplicate_ids", "reused_id", "odd_id", "string_input",
-        "call_under_end_turn", "unknown_stop_reason", "no_stop", "null_usage", "unknown_block"}
+RUNS = {
+    "whitespace_text",
+    "empty_text",
+    "duplicate_ids",
+    "reused_id",
+    "odd_id",
+    "string_input",
+    "call_under_end_turn",
+    "unknown_stop_reason",
+    "no_stop",
+    "null_usage",
+    "unknown_block",
+}
 MALFORMED = {"list_input", "null_input", "missing_name", "empty_name"}
 NO_CALL = {"whitespace_only", "tool_use_without_call"}
 
@@ -482,7 +608,8 @@ def test_the_quirk_lists_cover_the_catalogue():
 
 @pytest.mark.parametrize("quirk", sorted(set(QUIRKS) - {"no_usage"}))
 def test_every_quirk_leaves_a_valid_history_and_the_next_prompt_is_answered(
-        quirk, load_step, standin, type_lines, capsys):
+    quirk, load_step, standin, type_lines, capsys
+):
     call = tool_use("bash", {"command": "echo ran-$((20 + 22))"})
     turns = [QUIRKS[quirk](call), ["first done"], QUIRKS[quirk](call), ["answered second"]]
     if quirk in NO_CALL:  # the quirk ends the turn by itself
@@ -494,29 +621,47 @@ def test_every_quirk_leaves_a_valid_history_and_the_next_prompt_is_answered(
     assert standin.rejected == []
     assert "answered second" in out or "answered third" in out
     sent = standin.requests[-1]["messages"]
-    results = [b for m in sent if isinstance(m["content"], list) for b in m["content"]
-               if b["type"] == "tool_result"]
-    ids = [b["id"] for m in sent if m["role"] == "assistant" for b in m["content"]
-           if b["type"] == "tool_use"]
+    results = [
+        b
+        for m in sent
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b["type"] == "tool_result"
+    ]
+    ids = [
+        b["id"]
+        for m in sent
+        if m["role"] == "assistant"
+        for b in m["content"]
+        if b["type"] == "tool_use"
+    ]
     assert len(ids) == len(set(ids)) == len(results)  # every call answered once, ids unique
     if quirk in RUNS:
         assert all("ran-42" in r["content"] for r in results) and results
     if quirk in MALFORMED:
-        assert results and all(r["is_error"] and "malformed call, not run" in r["content"]
-                               for r in results)
+        assert results and all(
+            r["is_error"] and "malformed call, not run" in r["content"] for r in results
+        )
     if quirk in NO_CALL:
         assert results == []
-    if quirk not in ("call_under_end_turn", "unknown_stop_reason", "no_stop", "null_usage",
-                     "tool_use_without_call"):
+    if quirk not in (
+        "call_under_end_turn",
+        "unknown_stop_reason",
+        "no_stop",
+        "null_usage",
+        "tool_use_without_call",
+    ):
         assert "[repaired the reply:" in out or quirk == "whitespace_only"
 
 
-def test_a_stream_without_usage_is_one_line_and_the_session_goes_on(load_step, standin, type_lines,
-                                                                     capsys):
+def test_a_stream_without_usage_is_one_line_and_the_session_goes_on(
+    load_step, standin, type_lines, capsys
+):
     """The SDK itself cannot read a stream whose message_start has no usage: one line, and
     the next prompt is answered."""
-    standin.policy = ScriptedModel([QUIRKS["no_usage"](tool_use("bash", {"command": "true"})),
-                                    ["answered second"]])
+    standin.policy = ScriptedModel(
+        [QUIRKS["no_usage"](tool_use("bash", {"command": "true"})), ["answered second"]]
+    )
     type_lines("first", "second")
     load_step(STEP).repl()
     out = capsys.readouterr().out
@@ -524,8 +669,9 @@ def test_a_stream_without_usage_is_one_line_and_the_session_goes_on(load_step, s
     assert standin.rejected == []
 
 
-def test_whitespace_text_is_dropped_and_an_all_whitespace_reply_is_empty(load_step, standin,
-                                                                         type_lines, capsys):
+def test_whitespace_text_is_dropped_and_an_all_whitespace_reply_is_empty(
+    load_step, standin, type_lines, capsys
+):
     standin.policy = ScriptedModel([QUIRKS["whitespace_only"](None), ["fine"]])
     type_lines("first", "second")
     load_step(STEP).repl()
@@ -546,9 +692,13 @@ def test_ids_are_repaired_deterministically_and_results_use_them(load_step, stan
 
 
 def test_a_string_input_is_parsed_and_other_inputs_are_explained(load_step, standin, type_lines):
-    standin.policy = ScriptedModel([QUIRKS["string_input"](tool_use("bash", {"command": "echo x"})),
-                                    QUIRKS["list_input"](tool_use("bash", {"command": "echo y"})),
-                                    ["ok"]])
+    standin.policy = ScriptedModel(
+        [
+            QUIRKS["string_input"](tool_use("bash", {"command": "echo x"})),
+            QUIRKS["list_input"](tool_use("bash", {"command": "echo y"})),
+            ["ok"],
+        ]
+    )
     type_lines("go")
     load_step(STEP).repl()
     sent = standin.requests[-1]["messages"]
@@ -587,8 +737,10 @@ except OSError as error:
 print(len(target.read_text()), sorted(p.name for p in target.parent.iterdir()))
 """
     import subprocess
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=60)
+
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert "raised" in done.stdout
     assert "10000 ['doc.txt']" in done.stdout  # old content, no temp file left
@@ -599,8 +751,9 @@ def test_write_file_refuses_a_folder_before_writing_anything(load_step, workdir,
     agent = load_step(STEP)
     (workdir / "sub").mkdir()
     before = sorted(p.name for p in workdir.parent.iterdir())
-    result = agent.run_tool({"id": "t1", "name": "write_file",
-                             "input": {"path": path, "content": "x"}})
+    result = agent.run_tool(
+        {"id": "t1", "name": "write_file", "input": {"path": path, "content": "x"}}
+    )
     assert result["is_error"] and "is a folder" in result["content"]
     assert sorted(p.name for p in workdir.parent.iterdir()) == before
     assert sorted(p.name for p in workdir.iterdir()) == ["sub"]

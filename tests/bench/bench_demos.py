@@ -31,11 +31,21 @@ def run_demo(step: str) -> tuple[float, int]:
         cwd, config = Path(root) / "cwd", Path(root) / "anthropic-config"
         cwd.mkdir()
         config.mkdir()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_") and k != "MODEL_ID"}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("ANTHROPIC_") and k != "MODEL_ID"
+        }
         env.update(PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8", ANTHROPIC_CONFIG_DIR=str(config))
         started = time.perf_counter()
-        done = subprocess.run([sys.executable, str(AGENTS / f"{step}.py"), "--trace", str(Path(root) / "run.html")],
-                              cwd=cwd, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=600)
+        done = subprocess.run(
+            [sys.executable, str(AGENTS / f"{step}.py"), "--trace", str(Path(root) / "run.html")],
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=600,
+        )
         return time.perf_counter() - started, done.returncode
 
 
@@ -44,9 +54,15 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("steps", nargs="*", default=STEPS)
     args = parser.parse_args()
-    print(f"python {platform.python_version()} on {platform.system()}, {os.cpu_count()} cores, "
-          f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}" if hasattr(os, "getloadavg") else "")
-    print(f"{'step':<18} {'min':>6} {'median':>7} {'max':>6} {'budget':>7}  ({args.runs} runs each)")
+    print(
+        f"python {platform.python_version()} on {platform.system()}, {os.cpu_count()} cores, "
+        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+        if hasattr(os, "getloadavg")
+        else ""
+    )
+    print(
+        f"{'step':<18} {'min':>6} {'median':>7} {'max':>6} {'budget':>7}  ({args.runs} runs each)"
+    )
     failed = False
     for step in args.steps:
         runs = [run_demo(step) for _ in range(args.runs)]
@@ -57,7 +73,10 @@ def main() -> int:
         if any(code != 0 for _, code in runs):
             verdict = f"FAILED (exit codes {[code for _, code in runs]})"
         failed |= verdict != "ok"
-        print(f"{step:<18} {min(seconds):6.2f} {median:7.2f} {max(seconds):6.2f} {budget:7.1f}  {verdict}")
+        print(
+            f"{step:<18} {min(seconds):6.2f} {median:7.2f}"
+            f" {max(seconds):6.2f} {budget:7.1f}  {verdict}"
+        )
     return 1 if failed else 0
 
 

@@ -7,6 +7,7 @@ change, completing a task with 10 dependents, adding an edge, create) with how l
 the board lock, and tasks created per second by 1 and by 8 processes at once. Everything happens
 in a temporary folder.
 """
+
 import argparse
 import contextlib
 import importlib.util
@@ -43,6 +44,7 @@ def timed_lock(original):
                 yield
             finally:
                 HELD.append(time.perf_counter() - start)
+
     return lock
 
 
@@ -54,7 +56,9 @@ def build_board(tasks_dir: Path, count: int):
         board.create(f"Dependent {n}", blocked_by=[1])
     rng = random.Random(7)
     for n in range(12, count + 1):
-        blockers = rng.sample(range(12, n), k=min(2, n - 12)) if rng.random() < 0.5 and n > 14 else []
+        blockers = (
+            rng.sample(range(12, n), k=min(2, n - 12)) if rng.random() < 0.5 and n > 14 else []
+        )
         board.create(f"Task {n}", "some description " * 5, blocked_by=blockers)
     return board
 
@@ -88,8 +92,10 @@ def creates_per_second(processes: int, per_process: int) -> float:
     context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
     with tempfile.TemporaryDirectory() as folder:
         gate, results = context.Barrier(processes + 1), context.Queue()
-        procs = [context.Process(target=create_many, args=(folder, per_process, gate, results))
-                 for _ in range(processes)]
+        procs = [
+            context.Process(target=create_many, args=(folder, per_process, gate, results))
+            for _ in range(processes)
+        ]
         for proc in procs:
             proc.start()
         gate.wait()
@@ -118,10 +124,24 @@ def main() -> None:
             ("tasks() (read all, no lock)", timed(board.tasks, args.repeat)),
             ("ready() (no lock)", timed(board.ready, args.repeat)),
             ("get(500) (no lock)", timed(lambda: board.get(500), args.repeat)),
-            ("update: a subject", timed(lambda: board.update(500, subject=f"Renamed {time.perf_counter()}"), args.repeat)),
-            ("update: pending -> in_progress", timed(lambda: board.update(12, status="in_progress"), 1)),
-            ("complete + reopen a task with 10 dependents (two updates)", timed(lambda: complete_and_reopen(board), args.repeat)),
-            ("update: add an edge (cycle check)", timed(lambda: board.update(args.tasks, add_blocked_by=[13]), 1)),
+            (
+                "update: a subject",
+                timed(
+                    lambda: board.update(500, subject=f"Renamed {time.perf_counter()}"), args.repeat
+                ),
+            ),
+            (
+                "update: pending -> in_progress",
+                timed(lambda: board.update(12, status="in_progress"), 1),
+            ),
+            (
+                "complete + reopen a task with 10 dependents (two updates)",
+                timed(lambda: complete_and_reopen(board), args.repeat),
+            ),
+            (
+                "update: add an edge (cycle check)",
+                timed(lambda: board.update(args.tasks, add_blocked_by=[13]), 1),
+            ),
             ("create", timed(lambda: board.create("One more"), args.repeat)),
         ]
         s07.file_lock = ORIGINAL_LOCK
@@ -131,7 +151,10 @@ def main() -> None:
         print(f"  {label:<38} {wall:7.2f} ms {held:7.2f} ms")
     print("creates per second, every id distinct:")
     for processes in (1, 8):
-        print(f"  {processes} process{'es' if processes > 1 else '':<3} {creates_per_second(processes, 400 // processes):10.0f} /s")
+        print(
+            f"  {processes} process{'es' if processes > 1 else '':<3} {creates_per_second(processes, 400 // processes):10.0f}"
+            f" /s"
+        )
 
 
 if __name__ == "__main__":

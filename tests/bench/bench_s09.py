@@ -8,6 +8,7 @@ Run from the repository root:  python tests/bench/bench_s09.py
    near its end - what a teammate or the lead does on every poll.
 Everything happens in a temporary folder.
 """
+
 import importlib.util
 import multiprocessing
 import os
@@ -35,8 +36,10 @@ def write_rate(writers: int, per_writer: int) -> float:
     context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
     with tempfile.TemporaryDirectory() as root:
         gate, results = context.Barrier(writers + 1), context.Queue()
-        procs = [context.Process(target=writer, args=(root, f"w{n}", per_writer, gate, results))
-                 for n in range(writers)]
+        procs = [
+            context.Process(target=writer, args=(root, f"w{n}", per_writer, gate, results))
+            for n in range(writers)
+        ]
         for proc in procs:
             proc.start()
         gate.wait()
@@ -47,7 +50,9 @@ def write_rate(writers: int, per_writer: int) -> float:
         for proc in procs:
             proc.join()
         received, _ = team.Mailbox(Path(root)).read("inbox")
-        assert len(received) == writers * per_writer and len({m["id"] for m in received}) == len(received)
+        assert len(received) == writers * per_writer and len({m["id"] for m in received}) == len(
+            received
+        )
     return len(received) / seconds
 
 
@@ -64,19 +69,35 @@ def main() -> None:
     print(f"python {platform.python_version()} on {platform.system()}, {os.cpu_count()} cores")
     print("writing into one mailbox (messages per second, all delivered exactly once):")
     for writers in (1, 8):
-        print(f"  {writers} writer process{'es' if writers > 1 else '':<3} {write_rate(writers, 4000 // writers):9.0f} /s")
+        print(
+            f"  {writers} writer process{'es' if writers > 1 else '':<3}"
+            f" {write_rate(writers, 4000 // writers):9.0f} /s"
+        )
     with tempfile.TemporaryDirectory() as root:
         mailbox = team.Mailbox(Path(root))
-        with open(mailbox.path("big"), "w", encoding="utf-8") as handle:  # 100,000 lines, written directly
+        with open(
+            mailbox.path("big"), "w", encoding="utf-8"
+        ) as handle:  # 100,000 lines, written directly
             for i in range(100_000):
-                handle.write(f'{{"id": "m{i}", "from": "a", "to": "big", "kind": "message", "content": "number {i}"}}\n')
+                handle.write(
+                    f'{{"id": "m{i}", "from": "a", "to": "big", "kind": "message", "content": "number {i}"}}\n'
+                )
         size = mailbox.path("big").stat().st_size
         near_end = size - 10 * (size // 100_000)
         near_end = mailbox.path("big").read_bytes().rfind(b"\n", 0, near_end) + 1
         print(f"reading a 100,000-line mailbox ({size / 1e6:.1f} MB):")
-        print(f"  read() from the start                     {timed(lambda: mailbox.read('big'), 3):9.2f} ms")
-        print(f"  read() from an offset 10 lines from the end {timed(lambda: mailbox.read('big', near_end), 50):7.3f} ms")
-        print(f"  read() at the end (a poll, nothing new)   {timed(lambda: mailbox.read('big', size), 50):9.3f} ms")
+        print(
+            f"  read() from the start                     {timed(lambda: mailbox.read('big'), 3):9.2f}"
+            f" ms"
+        )
+        print(
+            f"  read() from an offset 10 lines from the end {timed(lambda: mailbox.read('big', near_end), 50):7.3f}"
+            f" ms"
+        )
+        print(
+            f"  read() at the end (a poll, nothing new)   {timed(lambda: mailbox.read('big', size), 50):9.3f}"
+            f" ms"
+        )
 
 
 if __name__ == "__main__":

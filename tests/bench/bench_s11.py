@@ -34,18 +34,29 @@ sys.path.insert(0, str(AGENTS))
 from offline import CacheLedger, StandIn  # noqa: E402
 
 MODEL_SECONDS = {"value": 0.0}
-POLL = os.getenv("POLL_SECONDS") or "0.05"  # how often an idle worker looks at the board again (default 1 s)
+POLL = (
+    os.getenv("POLL_SECONDS") or "0.05"
+)  # how often an idle worker looks at the board again (default 1 s)
 
 
 def finish_at_once(request: dict) -> list:
     time.sleep(MODEL_SECONDS["value"])  # model latency, not CPU
-    found = re.findall(r"(?m)^Task #(\d+):", "\n".join(b.get("text", "") for m in request["messages"][-1:]
-                                                       for b in m["content"] if isinstance(m["content"], list)))
+    found = re.findall(
+        r"(?m)^Task #(\d+):",
+        "\n".join(
+            b.get("text", "")
+            for m in request["messages"][-1:]
+            for b in m["content"]
+            if isinstance(m["content"], list)
+        ),
+    )
     return [f"done #{found[-1]}" if found else "ok"]
 
 
 def load_script(url: str):
-    os.environ.update(ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="bench", IDLE_TIMEOUT="0.5", POLL_SECONDS=POLL)
+    os.environ.update(
+        ANTHROPIC_BASE_URL=url, ANTHROPIC_API_KEY="bench", IDLE_TIMEOUT="0.5", POLL_SECONDS=POLL
+    )
     spec = importlib.util.spec_from_file_location("s11_autonomous", AGENTS / "s11_autonomous.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -58,7 +69,9 @@ def build_dag(board, count: int, seed: int = 11) -> dict:
     edges = {}
     for n in range(1, count + 1):
         earlier = range(max(1, n - 30), n)
-        edges[n] = rng.sample(earlier, k=min(len(earlier), rng.choice([0, 1, 2, 3]))) if n > 8 else []
+        edges[n] = (
+            rng.sample(earlier, k=min(len(earlier), rng.choice([0, 1, 2, 3]))) if n > 8 else []
+        )
         board.create(f"job {n}", blocked_by=edges[n])
     return edges
 
@@ -87,8 +100,11 @@ def worker(s11, url: str, root: str, name: str, gate, results) -> None:
 
     s11.file_lock = timed_lock  # TaskBoard.locked() looks the name up when it runs
     board = s11.TaskBoard(Path(root) / ".tasks")
-    agent = s11.AutonomousAgent({"name": name, "role": "bench worker", "prompt": "Finish tasks."},
-                                s11.Mailbox(Path(root) / ".mailbox" / "bench"), board)
+    agent = s11.AutonomousAgent(
+        {"name": name, "role": "bench worker", "prompt": "Finish tasks."},
+        s11.Mailbox(Path(root) / ".mailbox" / "bench"),
+        board,
+    )
     gate.wait()
     agent.thread.start()
     agent.thread.join()
@@ -101,8 +117,10 @@ def run(s11, url: str, processes: int, count: int) -> dict:
         board = s11.TaskBoard(Path(root) / ".tasks")
         edges = build_dag(board, count)
         gate, results = context.Barrier(processes + 1), context.Queue()
-        procs = [context.Process(target=worker, args=(s11, url, root, f"w{n}", gate, results))
-                 for n in range(processes)]
+        procs = [
+            context.Process(target=worker, args=(s11, url, root, f"w{n}", gate, results))
+            for n in range(processes)
+        ]
         for proc in procs:
             proc.start()
         gate.wait()
@@ -114,8 +132,13 @@ def run(s11, url: str, processes: int, count: int) -> dict:
         assert all(t["status"] == "completed" for t in tasks), "the board did not finish"
     wall = max(datetime.fromisoformat(t["updated_at"]).timestamp() for t in tasks) - go
     held = [h for _, worker_held in collected for h in worker_held]
-    return {"wall": wall, "held_per_task_ms": 1000 * sum(held) / len(tasks), "lock_busy": sum(held) / wall,
-            "longest_hold_ms": 1000 * max(held), "chain": longest_chain(edges)}
+    return {
+        "wall": wall,
+        "held_per_task_ms": 1000 * sum(held) / len(tasks),
+        "lock_busy": sum(held) / wall,
+        "longest_hold_ms": 1000 * max(held),
+        "chain": longest_chain(edges),
+    }
 
 
 def main() -> int:
@@ -125,18 +148,29 @@ def main() -> int:
     args = parser.parse_args()
     if not hasattr(os, "fork"):
         sys.exit("this benchmark forks its workers: run it on Linux or macOS")
-    print(f"python {platform.python_version()} on {platform.system()}, {os.cpu_count()} cores; POLL_SECONDS={POLL}")
-    with StandIn(finish_at_once, cache=CacheLedger(min_tokens=10 ** 12)) as server:  # no cache hashing: measure the harness
+    print(
+        f"python {platform.python_version()} on {platform.system()},"
+        f" {os.cpu_count()} cores; POLL_SECONDS={POLL}"
+    )
+    with StandIn(
+        finish_at_once, cache=CacheLedger(min_tokens=10**12)
+    ) as server:  # no cache hashing: measure the harness
         s11 = load_script(server.url)
         for task_seconds in (0.0, args.task_ms / 1000):
             MODEL_SECONDS["value"] = task_seconds
             label = "trivial tasks" if not task_seconds else f"{args.task_ms:g} ms per task"
             print(f"{args.tasks}-task DAG, {label}:")
-            print("  workers    wall  lock held/task  longest hold  lock busy" + ("  bound   wall/bound" * bool(task_seconds)))
+            print(
+                "  workers    wall  lock held/task  longest hold  lock busy"
+                + ("  bound   wall/bound" * bool(task_seconds))
+            )
             for processes in (1, 2, 4, 8):
                 r = run(s11, server.url, processes, args.tasks)
-                line = (f"  {processes:>7} {r['wall']:6.2f}s {r['held_per_task_ms']:11.2f} ms {r['longest_hold_ms']:9.1f} ms"
-                        f" {r['lock_busy']:9.0%}")
+                line = (
+                    f"  {processes:>7} {r['wall']:6.2f}s {r['held_per_task_ms']:11.2f}"
+                    f" ms {r['longest_hold_ms']:9.1f} ms"
+                    f" {r['lock_busy']:9.0%}"
+                )
                 if task_seconds:
                     bound = max(r["chain"], args.tasks / processes) * task_seconds
                     line += f"  {bound:5.2f}s {r['wall'] / bound:7.2f}x"
