@@ -80,6 +80,7 @@ from __future__ import annotations
 
 import builtins
 import hashlib
+import http.client
 import importlib.util
 import itertools
 import json
@@ -87,10 +88,12 @@ import math
 import os
 import re
 import runpy
+import ssl
 import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 from collections import deque
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -770,7 +773,12 @@ def run_traced(script_path: str, trace: str | None, argv: list[str]) -> int:
     to the configured endpoint and keeps both sides; the page is written when the REPL ends."""
     upstream = (os.getenv("ANTHROPIC_BASE_URL") or "https://api.anthropic.com").rstrip("/")
     script, saved_env, saved_argv = Path(script_path).resolve(), dict(os.environ), sys.argv
-    with ForwardingProxy(upstream) as proxy:
+    try:
+        proxy = ForwardingProxy(upstream)
+    except ValueError as error:
+        print(f"[trace] {error}", file=sys.stderr)
+        return 2
+    with proxy:
         print(f"[trace] recording through {proxy.url} -> {upstream}; the page goes to {trace}", flush=True)
         try:
             os.environ["ANTHROPIC_BASE_URL"] = proxy.url
@@ -787,12 +795,42 @@ def run_traced(script_path: str, trace: str | None, argv: list[str]) -> int:
     return 0
 
 
+# Headers of one connection, not passed on (the proxy sets its own).
+HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+              "trailer", "transfer-encoding", "upgrade", "content-length", "host",
+              "accept-encoding", "proxy-connection"}
+
+
 class ForwardingProxy:
-    """Passes /v1/... requests on to `upstream` unchanged (streams stream through as they arrive) and
-    records each answered call as {"request", "reply", "at"}, the reply rebuilt from its events."""
+    """Passes /v1/... requests on to `upstream` unchanged (streams stream through as they arrive)
+    and records each answered call as {"request", "reply", "at"}, the reply rebuilt from its events.
+
+    The credentials in a request go to the configured upstream and nowhere else: the host comes
+    only from `upstream`, the request's target only adds a path to it (a target that does not
+    start with "/" is refused), and a redirect is never followed: the 3xx goes back to the client
+    as it came."""
 
     def __init__(self, upstream: str):
-        self.upstream, self.calls, self._lock = upstream, [], threading.Lock()
+        parts = urllib.parse.urlsplit(upstream)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.username \
+                or parts.password or parts.query or parts.fragment:
+            raise ValueError(f"ANTHROPIC_BASE_URL must be a plain http(s) URL, like "
+                             f"https://api.anthropic.com, not {upstream!r}")
+        self.upstream, self.calls, self._lock = upstream.rstrip("/"), [], threading.Lock()
+        self._parts = parts
+
+    def connect(self) -> http.client.HTTPConnection:
+        """A connection to the upstream's host, and no other: nothing in a request can change it."""
+        if self._parts.scheme == "https":
+            return http.client.HTTPSConnection(self._parts.hostname, self._parts.port, timeout=600,
+                                               context=ssl.create_default_context())
+        return http.client.HTTPConnection(self._parts.hostname, self._parts.port, timeout=600)
+
+    def target(self, path: str) -> str | None:
+        """The request-target upstream: the upstream's path, then the request's; None if refused."""
+        if not path.startswith("/") or any(not 33 <= ord(c) <= 126 for c in path):
+            return None
+        return self._parts.path.rstrip("/") + path
 
     def __enter__(self) -> "ForwardingProxy":
         proxy = self
@@ -801,31 +839,54 @@ class ForwardingProxy:
             protocol_version = "HTTP/1.1"
 
             def do_POST(self):
-                import urllib.error
-                import urllib.request
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                headers = {k: v for k, v in self.headers.items()
-                           if k.lower() not in ("host", "content-length", "connection", "accept-encoding")}
-                request = urllib.request.Request(proxy.upstream + self.path, data=raw, headers=headers, method="POST")
+                target = proxy.target(self.path)
+                if target is None:
+                    return self.refuse(400, "the request-target must be a path starting with '/'")
+                upstream = proxy.connect()
                 try:
-                    answer = urllib.request.urlopen(request, timeout=600)
-                except urllib.error.HTTPError as error:
-                    answer = error
-                self.send_response(answer.status)
-                for key, value in answer.headers.items():
-                    if key.lower() not in ("content-length", "transfer-encoding", "connection"):
-                        self.send_header(key, value)
-                self.send_header("Transfer-Encoding", "chunked")
-                self.end_headers()
-                body = b""
-                while chunk := answer.read1(65536) if hasattr(answer, "read1") else answer.read(65536):
-                    body += chunk
-                    self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
-                    self.wfile.flush()
-                self.wfile.write(b"0\r\n\r\n")
+                    upstream.putrequest(self.command, target, skip_accept_encoding=True)
+                    for key, value in self.headers.items():
+                        if key.lower() not in HOP_BY_HOP:
+                            upstream.putheader(key, value)
+                    upstream.putheader("Content-Length", str(len(raw)))
+                    upstream.endheaders(raw)
+                    answer = upstream.getresponse()  # a 3xx is an answer like any: not followed
+                    body = self.relay(answer)
+                finally:
+                    upstream.close()
                 if answer.status == 200 and self.path.split("?")[0] == "/v1/messages":
                     with proxy._lock:
-                        proxy.calls.append({"request": json.loads(raw), "reply": rebuild(body), "at": time.time()})
+                        proxy.calls.append({"request": json.loads(raw), "reply": rebuild(body),
+                                            "at": time.time()})
+
+            def relay(self, answer) -> bytes:
+                """Send the upstream's answer on as it came: status, headers, body."""
+                self.send_response_only(answer.status, answer.reason)
+                for key, value in answer.getheaders():
+                    if key.lower() not in HOP_BY_HOP:
+                        self.send_header(key, value)
+                sized = answer.length is not None and not answer.chunked
+                self.send_header(*("Content-Length", str(answer.length)) if sized
+                                 else ("Transfer-Encoding", "chunked"))
+                self.end_headers()
+                body = b""
+                while chunk := answer.read1(65536):
+                    body += chunk
+                    self.wfile.write(chunk if sized else b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+                if not sized:
+                    self.wfile.write(b"0\r\n\r\n")
+                return body
+
+            def refuse(self, status: int, message: str) -> None:
+                error = {"type": "invalid_request_error", "message": f"--trace proxy: {message}"}
+                data = json.dumps({"type": "error", "error": error}).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def log_message(self, *args):
                 pass

@@ -6,16 +6,22 @@ The browser is Chromium, headless (`.ci/run` installs Debian's package). Without
 checks skip, unless REQUIRE_BROWSER=1 says a browser must be there (CI sets it).
 """
 
+import contextlib
 import html.parser
+import http.client
+import json
 import os
 import re
 import shutil
+import socket
 import subprocess
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from conftest import STEPS
-from offline import ScriptedModel, reply, tool_use
+from offline import ForwardingProxy, ScriptedModel, reply, tool_use
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_browser = pytest.mark.skipif(not CHROMIUM and os.getenv("REQUIRE_BROWSER") != "1",
@@ -127,3 +133,90 @@ def test_a_real_session_is_recorded_through_the_proxy(run_step, standin, workdir
                                    "cache-write": usage["cache_creation_input_tokens"], "output": usage["output_tokens"]}
     assert len(page.pairs) == 2 and all(p["result"] for p in page.pairs)
     assert "traced" in " ".join(page.texts)
+
+
+# -- The recording proxy -------------------------------------------------------------------------
+@contextlib.contextmanager
+def local_server(answer):
+    """An HTTP server on 127.0.0.1 that keeps every request it gets (method, path, headers, body)
+    and answers each with `answer(request)`: (status, headers, body)."""
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            request = {"method": self.command, "path": self.path, "headers": dict(self.headers),
+                       "body": body}
+            seen.append(request)
+            status, headers, data = answer(request)
+            self.send_response(status)
+            for key, value in headers:
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    server.seen, server.url = seen, f"http://127.0.0.1:{server.server_address[1]}"
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def send_raw(url: str, request_line: str, body: bytes = b"{}") -> bytes:
+    """Send one request exactly as written (any request-target) and return the raw answer."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as conn:
+        conn.sendall(f"{request_line}\r\nHost: {host}\r\nX-Api-Key: secret-key\r\n"
+                     f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                     "Connection: close\r\n\r\n".encode() + body)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_the_proxy_hands_a_redirect_back_as_it_came_and_never_follows_it():
+    with local_server(lambda request: (200, [], b'{"type": "message"}')) as elsewhere, \
+            local_server(lambda request: (302, [("Location", f"{elsewhere.url}/v1/messages"),
+                                                ("X-Upstream", "moved")], b"moved elsewhere")) as upstream, \
+            ForwardingProxy(upstream.url + "/api") as proxy:
+        host, port = proxy.url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        conn.request("POST", "/v1/messages", json.dumps({"model": "m"}),
+                     {"X-Api-Key": "secret-key", "Content-Type": "application/json"})
+        answer = conn.getresponse()
+        assert answer.status == 302 and answer.getheader("X-Upstream") == "moved"
+        assert answer.getheader("Location") == f"{elsewhere.url}/v1/messages"
+        assert answer.read() == b"moved elsewhere"
+        conn.close()
+        assert elsewhere.seen == [], "nothing, and no key, went to the host the redirect named"
+        [sent] = upstream.seen
+        assert sent["path"] == "/api/v1/messages" and sent["headers"]["X-Api-Key"] == "secret-key"
+        assert proxy.calls == []
+
+
+@pytest.mark.parametrize("target", ["{rest}/v1/messages", ".evil.example/v1/messages",
+                                    "@127.0.0.1:{port}/v1/messages", "http://127.0.0.1:{port}/v1/messages"])
+def test_the_proxy_refuses_a_request_target_that_is_not_a_path(target):
+    """The upstream URL is the configured base plus the request's path, nothing else. Here the
+    base's port is the first digit of the other server's port: base + "{rest}/v1/messages" would
+    be that server's address."""
+    with local_server(lambda request: (200, [], b"{}")) as elsewhere:
+        port = str(elsewhere.server_address[1])
+        with ForwardingProxy(f"http://127.0.0.1:{port[0]}") as proxy:
+            answer = send_raw(proxy.url, f"POST {target.format(rest=port[1:], port=port)} HTTP/1.1")
+        assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
+        assert b"must be a path" in answer
+        assert elsewhere.seen == []
