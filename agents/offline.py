@@ -717,9 +717,36 @@ def flag_value(argv: list[str], flag: str) -> str | None:
     return argv[at]
 
 
+def trace_problem(trace: str) -> str | None:
+    """Why the page cannot be written to `trace`, checked before the session runs; None if fine."""
+    path = Path(trace)
+    if not path.parent.is_dir():
+        return f"the folder {path.parent} does not exist (create it, or write the page elsewhere)"
+    if path.is_dir():
+        return "is a folder: give the page a file name, e.g. --trace run.html"
+    if not os.access(path.parent, os.W_OK) or path.exists() and not os.access(path, os.W_OK):
+        return f"cannot write there (permission denied in {path.parent})"
+    return None
+
+
+def save_trace(path: Path, calls: list, workdir: Path, title: str, **where) -> bool:
+    """write_trace, with a failure told in one line instead of a traceback; True if written."""
+    try:
+        write_trace(path, calls, workdir, title=title, **where)
+        return True
+    except OSError as error:
+        print(f"[trace] the page could not be written to {path}: {error}", file=sys.stderr)
+        return False
+
+
 def run(script_path: str, argv: list[str]) -> int:
     """A step's entry point when it has no credentials, or --demo / --trace: returns an exit code."""
     trace = flag_value(argv, "--trace")
+    if trace is not None:
+        problem = trace_problem(trace)
+        if problem:
+            print(f"--trace {trace}: {problem}", file=sys.stderr)
+            return 2
     credentials = os.getenv("ANTHROPIC_API_KEY") or os.getenv("ANTHROPIC_AUTH_TOKEN")
     if credentials and "--demo" not in argv:
         return run_traced(script_path, trace, argv)
@@ -756,16 +783,16 @@ def run_demo(script_path: str, trace: str | None = None) -> int:
             os.chdir(saved_cwd)
             os.environ.clear()
             os.environ.update(saved_env)
-        if trace:
-            write_trace(Path(saved_cwd, trace), server.calls, workdir, title=f"{script.stem} (offline demo)")
+        written = trace and save_trace(Path(saved_cwd, trace), server.calls, workdir,
+                                       title=f"{script.stem} (offline demo)")
     seconds = time.monotonic() - started
     print(f"[offline demo] {len(server.requests)} model calls in {seconds:.1f}s; "
           f"{len(server.rejected)} rejected by the validator. The temporary folder is removed.")
     for _, problem in server.rejected:
         print(f"[offline demo] rejected: {problem}")
-    if trace:
+    if written:
         print(f"[offline demo] trace written to {Path(saved_cwd, trace)}")
-    return 1 if server.rejected else 0
+    return 1 if server.rejected or trace and not written else 0
 
 
 def run_traced(script_path: str, trace: str | None, argv: list[str]) -> int:
@@ -773,6 +800,7 @@ def run_traced(script_path: str, trace: str | None, argv: list[str]) -> int:
     to the configured endpoint and keeps both sides; the page is written when the REPL ends."""
     upstream = (os.getenv("ANTHROPIC_BASE_URL") or "https://api.anthropic.com").rstrip("/")
     script, saved_env, saved_argv = Path(script_path).resolve(), dict(os.environ), sys.argv
+    page = Path(trace).resolve()  # where it was meant, whatever folder the step moves to
     try:
         proxy = ForwardingProxy(upstream)
     except ValueError as error:
@@ -790,9 +818,10 @@ def run_traced(script_path: str, trace: str | None, argv: list[str]) -> int:
             sys.argv = saved_argv
             os.environ.clear()
             os.environ.update(saved_env)
-            write_trace(Path(trace), proxy.calls, Path.cwd(), title=f"{script.stem} (recorded)")
-            print(f"[trace] {len(proxy.calls)} model calls written to {trace}")
-    return 0
+            written = save_trace(page, proxy.calls, Path.cwd(), title=f"{script.stem} (recorded)")
+            if written:
+                print(f"[trace] {len(proxy.calls)} model calls written to {trace}")
+    return 0 if written else 1
 
 
 # Headers of one connection, not passed on (the proxy sets its own).
@@ -964,6 +993,23 @@ def agent_of(request: dict) -> str:
     return found.group(1) if found else "summary" if "summarise" in system else "lead"
 
 
+TOKEN_FIGURES = {"input": "input_tokens", "cache-read": "cache_read_input_tokens",
+                 "cache-write": "cache_creation_input_tokens", "output": "output_tokens"}
+
+
+def usage_figure(reply: dict, key: str) -> int | None:
+    """One usage figure of a reply; None when the endpoint reported none (no usage, or null)."""
+    usage = reply.get("usage") if isinstance(reply, dict) else None
+    value = usage.get(key) if isinstance(usage, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def render_figure(label: str, value: int | None) -> str:
+    shown = "not reported" if value is None else f"{value:,}"
+    return f'<span class="{label}" data-value="{"" if value is None else value}">' \
+           f'{label.replace("-", " ")}: {shown}</span>'
+
+
 def write_trace(path: Path, calls: list, workdir: Path, title: str = "") -> None:
     """One self-contained page: a panel per model call, then the mailbox traffic and the task board, if any."""
     from html import escape
@@ -987,9 +1033,7 @@ def write_trace(path: Path, calls: list, workdir: Path, title: str = "") -> None
             changes.append("a transient reminder rides on this request only (it is not in the history)")
         if "New messages in your team mailbox" in json.dumps(messages[-1]):
             changes.append("team mail joins this request")
-        usage = reply.get("usage", {})
-        tokens = {"input": usage.get("input_tokens", 0), "cache-read": usage.get("cache_read_input_tokens", 0),
-                  "cache-write": usage.get("cache_creation_input_tokens", 0), "output": usage.get("output_tokens", 0)}
+        tokens = {label: usage_figure(reply, key) for label, key in TOKEN_FIGURES.items()}
         shown = [render_message(m, messages[i - 1] if i else None, i >= shared, escape) for i, m in enumerate(messages)]
         old = f"<details><summary>{shared} earlier message(s), unchanged since the previous call</summary>" \
               f"{''.join(shown[:shared])}</details>" if shared else ""
@@ -997,10 +1041,11 @@ def write_trace(path: Path, calls: list, workdir: Path, title: str = "") -> None
             f'<section class="call" id="call-{number}" data-agent="{escape(agent)}">'
             f'<h2>Call {number} <span class="agent">{escape(agent)}</span> stop: {escape(str(reply.get("stop_reason")))}'
             '</h2><div class="tokens">'
-            + "".join(f'<span class="{k}" data-value="{v}">{k.replace("-", " ")}: {v:,}</span>' for k, v in tokens.items())
+            + "".join(render_figure(k, v) for k, v in tokens.items())
             + '</div><ul class="changes">' + "".join(f"<li>{escape(c)}</li>" for c in changes) + "</ul>"
             + old + "".join(shown[shared:]) + '<div class="msg assistant reply"><div class="role">reply</div>'
-            + "".join(render_block(b, escape) for b in reply.get("content", [])) + "</div></section>")
+            + "".join(render_block(b, escape) for b in reply.get("content") or [])
+            + "</div></section>")
     mail = []
     for mailbox in sorted(Path(workdir).glob(".mailbox/*/*.jsonl")):
         for line in mailbox.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -1020,7 +1065,7 @@ def write_trace(path: Path, calls: list, workdir: Path, title: str = "") -> None
                                           for key in ("id", "subject", "status", "owner", "blockedBy", "result")) + "</tr>")
         except (ValueError, AttributeError):
             board.append(f"<tr><td colspan=6>{escape(task_file.name)}: not a task record</td></tr>")
-    totals = {k: sum(c["reply"].get("usage", {}).get(k, 0) for c in calls)
+    totals = {k: sum(usage_figure(c["reply"], k) or 0 for c in calls)
               for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")}
     page = (f"<!doctype html><html><head><meta charset='utf-8'><title>trace: {escape(title)}</title>"
             f"<style>{PAGE_STYLE}</style></head><body><header><h1>What the model saw: {escape(title)}</h1>"
@@ -1034,7 +1079,7 @@ def write_trace(path: Path, calls: list, workdir: Path, title: str = "") -> None
                f"<th>status</th><th>owner</th><th>blocked by</th><th>result</th></tr>{''.join(board)}</table>"
                if board else "")
             + "</main></body></html>")
-    path.write_text(page, encoding="utf-8")
+    path.write_text(page, encoding="utf-8", errors="backslashreplace")  # a lone surrogate: \\ud800
 
 
 def render_message(message: dict, before: dict | None, new: bool, escape) -> str:

@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from conftest import STEPS
-from offline import ForwardingProxy, ScriptedModel, reply, tool_use
+from offline import ForwardingProxy, Reply, ScriptedModel, reply, tool_use, write_trace
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_browser = pytest.mark.skipif(not CHROMIUM and os.getenv("REQUIRE_BROWSER") != "1",
@@ -46,7 +46,8 @@ class Page(html.parser.HTMLParser):
         if tag == "section" and "call" in classes:
             self.panels.append({"agent": attrs.get("data-agent"), "tokens": {}, "pairs": 0})
         elif tag == "span" and self.panels and self.stack[-2:-1] == [["tokens"]]:
-            self.panels[-1]["tokens"][classes[0]] = int(attrs["data-value"])
+            value = attrs["data-value"]  # empty when the endpoint reported no figure
+            self.panels[-1]["tokens"][classes[0]] = int(value) if value else None
         elif "pair" in classes:
             self.pairs.append({"id": attrs.get("data-id"), "call": None, "result": False})
             self.panels[-1]["pairs"] += 1
@@ -166,7 +167,8 @@ def local_server(answer):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     server.seen, server.url = seen, f"http://127.0.0.1:{server.server_address[1]}"
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
     try:
         yield server
     finally:
@@ -188,10 +190,10 @@ def send_raw(url: str, request_line: str, body: bytes = b"{}") -> bytes:
 
 
 def test_the_proxy_hands_a_redirect_back_as_it_came_and_never_follows_it():
+    moved = lambda request: (302, [("Location", f"{elsewhere.url}/v1/messages"),  # noqa: E731
+                                   ("X-Upstream", "moved")], b"moved elsewhere")
     with local_server(lambda request: (200, [], b'{"type": "message"}')) as elsewhere, \
-            local_server(lambda request: (302, [("Location", f"{elsewhere.url}/v1/messages"),
-                                                ("X-Upstream", "moved")], b"moved elsewhere")) as upstream, \
-            ForwardingProxy(upstream.url + "/api") as proxy:
+            local_server(moved) as upstream, ForwardingProxy(upstream.url + "/api") as proxy:
         host, port = proxy.url.removeprefix("http://").split(":")
         conn = http.client.HTTPConnection(host, int(port), timeout=10)
         conn.request("POST", "/v1/messages", json.dumps({"model": "m"}),
@@ -208,7 +210,8 @@ def test_the_proxy_hands_a_redirect_back_as_it_came_and_never_follows_it():
 
 
 @pytest.mark.parametrize("target", ["{rest}/v1/messages", ".evil.example/v1/messages",
-                                    "@127.0.0.1:{port}/v1/messages", "http://127.0.0.1:{port}/v1/messages"])
+                                    "@127.0.0.1:{port}/v1/messages",
+                                    "http://127.0.0.1:{port}/v1/messages"])
 def test_the_proxy_refuses_a_request_target_that_is_not_a_path(target):
     """The upstream URL is the configured base plus the request's path, nothing else. Here the
     base's port is the first digit of the other server's port: base + "{rest}/v1/messages" would
@@ -220,3 +223,49 @@ def test_the_proxy_refuses_a_request_target_that_is_not_a_path(target):
         assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
         assert b"must be a path" in answer
         assert elsewhere.seen == []
+
+
+# -- The page is written whatever the endpoint sent, or the run does not start -----------------
+NULLS = dict.fromkeys(["input_tokens", "output_tokens", "cache_read_input_tokens",
+                       "cache_creation_input_tokens"])
+
+
+@pytest.mark.parametrize("usage, text", [
+    (None, "plain"), (NULLS, "plain"), ({"input_tokens": 12, "output_tokens": None}, "plain"),
+    ("absent", "plain"), ({"input_tokens": 12, "output_tokens": 3}, "half \ud800 a pair")])
+def test_the_page_is_written_when_usage_is_null_or_the_text_holds_a_lone_surrogate(
+        tmp_path, usage, text):
+    ask = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+    answer = {"content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
+              "usage": usage}
+    if usage == "absent":
+        del answer["usage"]
+    page = tmp_path / "odd.html"
+    write_trace(page, [{"request": ask, "reply": answer}], tmp_path, title="odd replies")
+    written = page.read_text(encoding="utf-8")
+    [panel] = Page(written).panels
+    reported = usage if isinstance(usage, dict) else {}
+    assert panel["tokens"]["input"] == reported.get("input_tokens")
+    assert panel["tokens"]["output"] == reported.get("output_tokens")
+    assert ("not reported" in written) == (None in panel["tokens"].values())
+    assert text.replace("\ud800", "\\ud800") in written  # a lone surrogate, spelled out
+
+
+def test_a_recorded_reply_with_null_usage_and_a_lone_surrogate_still_gives_a_page(
+        run_step, standin, workdir):
+    standin.policy = ScriptedModel([Reply(["half \ud800 a pair"], wire="null_usage")])
+    done = run_step("s01_agent_loop", "say it\n", args=["--trace", "odd.html"])
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "[trace] 1 model calls written to odd.html" in done.stdout
+    text = (workdir / "odd.html").read_text(encoding="utf-8")
+    assert "half \\ud800 a pair" in text and "not reported" in text
+
+
+@pytest.mark.parametrize("mode", ["offline demo", "recorded"])
+def test_a_trace_folder_that_does_not_exist_stops_the_run_before_it_starts(
+        run_step, standin, workdir, mode):
+    env = {"ANTHROPIC_API_KEY": None} if mode == "offline demo" else {}
+    done = run_step("s01_agent_loop", "hello\n", args=["--trace", "missing/run.html"], env=env)
+    assert done.returncode == 2
+    assert len(done.stderr.splitlines()) == 1 and "missing does not exist" in done.stderr
+    assert done.stdout == "" and standin.requests == []  # nothing ran
