@@ -478,6 +478,38 @@ class CacheLedger:
                 "cache_read_input_tokens": read}
 
 
+# -- Recording calls: each message kept once ---------------------------------------------
+class Interner:
+    """One copy of each distinct JSON value it is shown. Each request of a session repeats the
+    whole history; recorded through an Interner, a call's request refers to the copies kept for
+    the calls before it, so a recording grows with the conversation, not with calls x history."""
+
+    def __init__(self):
+        self.kept: dict[bytes, object] = {}  # digest of the compact JSON -> the copy kept
+        self.lock = threading.Lock()
+
+    def keep(self, value):
+        key = hashlib.sha256(_compact(value).encode("utf-8", "surrogatepass")).digest()
+        with self.lock:
+            return self.kept.setdefault(key, value)
+
+    def request(self, body):
+        """The request with its messages, system prompt and tools replaced by the kept copies."""
+        if not isinstance(body, dict):
+            return body
+        shared = {k: self.keep(body[k]) for k in ("system", "tools") if k in body}
+        if isinstance(body.get("messages"), list):
+            shared["messages"] = [self.keep(m) for m in body["messages"]]
+        return {**body, **shared}
+
+    def parse(self, raw: bytes):
+        """json.loads(raw) as a request, each message swapped for its kept copy as soon as it is
+        parsed, so a long history is never held twice."""
+        def hook(value: dict):
+            return self.keep(value) if "role" in value and "content" in value else value
+        return self.request(json.loads(raw, object_hook=hook))
+
+
 # -- The HTTP server ----------------------------------------------------------------
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
                429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
@@ -502,6 +534,7 @@ class StandIn:
         self.requests: list = []
         self.rejected: list = []
         self.calls: list = []
+        self.kept = Interner()  # the calls' requests share their messages
         self._faults: deque = deque()
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -628,7 +661,8 @@ class StandIn:
             return (*_error(500, f"scripted model failed: {type(error).__name__}: {error}"), None)
         message = make_message(body, turn, self.cache.usage(body))
         with self._lock:
-            self.calls.append({"request": body, "reply": message, "at": time.time()})
+            self.calls.append({"request": self.kept.request(body), "reply": message,
+                               "at": time.time()})
         return 200, message, fault
 
 
@@ -818,6 +852,7 @@ def run_traced(script_path: str, trace: str | None, argv: list[str]) -> int:
             sys.argv = saved_argv
             os.environ.clear()
             os.environ.update(saved_env)
+            proxy.settle()  # the last reply is recorded just after the step has it
             written = save_trace(page, proxy.calls, Path.cwd(), title=f"{script.stem} (recorded)")
             if written:
                 print(f"[trace] {len(proxy.calls)} model calls written to {trace}")
@@ -846,7 +881,8 @@ class ForwardingProxy:
             raise ValueError(f"ANTHROPIC_BASE_URL must be a plain http(s) URL, like "
                              f"https://api.anthropic.com, not {upstream!r}")
         self.upstream, self.calls, self._lock = upstream.rstrip("/"), [], threading.Lock()
-        self._parts = parts
+        self._parts, self.kept = parts, Interner()  # the calls' requests share their messages
+        self._busy, self._handling = threading.Condition(), 0  # requests being relayed or recorded
 
     def connect(self) -> http.client.HTTPConnection:
         """A connection to the upstream's host, and no other: nothing in a request can change it."""
@@ -868,6 +904,16 @@ class ForwardingProxy:
             protocol_version = "HTTP/1.1"
 
             def do_POST(self):
+                with proxy._busy:
+                    proxy._handling += 1
+                try:
+                    self.forward()
+                finally:
+                    with proxy._busy:
+                        proxy._handling -= 1
+                        proxy._busy.notify_all()
+
+            def forward(self):
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 target = proxy.target(self.path)
                 if target is None:
@@ -879,18 +925,33 @@ class ForwardingProxy:
                         if key.lower() not in HOP_BY_HOP:
                             upstream.putheader(key, value)
                     upstream.putheader("Content-Length", str(len(raw)))
+                    upstream.putheader("Connection", "close")  # its end is the end of the answer
                     upstream.endheaders(raw)
+                    request = self.parse(raw)  # while the upstream works on its answer
+                    del raw  # (a long history is held once, not once per copy)
                     answer = upstream.getresponse()  # a 3xx is an answer like any: not followed
-                    body = self.relay(answer)
+                    blocks = self.relay(answer)
                 finally:
                     upstream.close()
-                if answer.status == 200 and self.path.split("?")[0] == "/v1/messages":
+                if answer.status == 200 and request is not None:
+                    body = b"".join(blocks)
+                    del blocks
+                    reply = rebuild(dechunk(body) if answer.chunked else body)
                     with proxy._lock:
-                        proxy.calls.append({"request": json.loads(raw), "reply": rebuild(body),
-                                            "at": time.time()})
+                        proxy.calls.append({"request": request, "reply": reply, "at": time.time()})
 
-            def relay(self, answer) -> bytes:
-                """Send the upstream's answer on as it came: status, headers, body."""
+            def parse(self, raw: bytes) -> dict | None:
+                """The request to record (a model call), its messages shared with earlier calls."""
+                if self.path.split("?")[0] != "/v1/messages":
+                    return None
+                try:
+                    return proxy.kept.parse(raw)
+                except ValueError:  # not JSON: the upstream will say so; nothing to record
+                    return None
+
+            def relay(self, answer) -> list:
+                """Send the upstream's answer on as it came: status, headers, body, each block as
+                it arrives (a chunked body with its chunks as sent). Returns the blocks."""
                 self.send_response_only(answer.status, answer.reason)
                 for key, value in answer.getheaders():
                     if key.lower() not in HOP_BY_HOP:
@@ -899,14 +960,18 @@ class ForwardingProxy:
                 self.send_header(*("Content-Length", str(answer.length)) if sized
                                  else ("Transfer-Encoding", "chunked"))
                 self.end_headers()
-                body = b""
-                while chunk := answer.read1(65536):
-                    body += chunk
-                    self.wfile.write(chunk if sized else b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    self.wfile.flush()
+                blocks = []
+                if answer.chunked:  # passed on as it comes, chunk framing included; until the close
+                    while block := answer.fp.read1(65536):
+                        self.wfile.write(block)
+                        blocks.append(block)
+                    return blocks
+                while block := answer.read1(65536):
+                    self.wfile.write(block if sized else b"%x\r\n%s\r\n" % (len(block), block))
+                    blocks.append(block)
                 if not sized:
                     self.wfile.write(b"0\r\n\r\n")
-                return body
+                return blocks
 
             def refuse(self, status: int, message: str) -> None:
                 error = {"type": "invalid_request_error", "message": f"--trace proxy: {message}"}
@@ -922,7 +987,8 @@ class ForwardingProxy:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()
         return self
 
     @property
@@ -930,9 +996,27 @@ class ForwardingProxy:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
 
+    def settle(self, timeout: float = 30.0) -> bool:
+        """Wait until no request is being relayed or recorded (a reply is recorded just after the
+        client has it all); False if one still is after `timeout` seconds."""
+        with self._busy:
+            return self._busy.wait_for(lambda: self._handling == 0, timeout)
+
     def __exit__(self, *exc) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def dechunk(data: bytes) -> bytes:
+    """The body carried by a chunked transfer coding (RFC 9112, 7.1), as far as it arrived."""
+    parts, at = [], 0
+    while (end := data.find(b"\r\n", at)) >= 0:
+        size = int(data[at:end].split(b";")[0].strip() or b"0", 16)  # extensions are ignored
+        if size == 0:
+            break
+        parts.append(data[end + 2:end + 2 + size])
+        at = end + 2 + size + 2
+    return b"".join(parts)
 
 
 def rebuild(body: bytes) -> dict:
@@ -940,7 +1024,7 @@ def rebuild(body: bytes) -> dict:
     text = body.decode("utf-8", "replace")
     if not text.lstrip().startswith("event:"):
         return json.loads(text)
-    message, partial = {}, {}
+    message, pieces = {}, {}  # index -> the text or JSON pieces of that block, joined at the end
     for frame in text.split("\n\n"):
         data = next((line[6:] for line in frame.splitlines() if line.startswith("data: ")), None)
         event = json.loads(data) if data else {}
@@ -950,19 +1034,22 @@ def rebuild(body: bytes) -> dict:
         elif kind == "content_block_start":
             message["content"].append(event["content_block"])
         elif kind == "content_block_delta":
-            block, delta = message["content"][event["index"]], event["delta"]
-            if delta["type"] == "text_delta":
-                block["text"] += delta["text"]
-            elif delta["type"] == "input_json_delta":
-                partial[event["index"]] = partial.get(event["index"], "") + delta["partial_json"]
+            delta = event["delta"]
+            if delta["type"] in ("text_delta", "input_json_delta"):
+                piece = delta.get("text", delta.get("partial_json"))
+                pieces.setdefault(event["index"], []).append(piece)
         elif kind == "message_delta":
             message.update({k: v for k, v in event["delta"].items() if v is not None})
             message["usage"] = {**message.get("usage", {}), **event.get("usage", {})}
-    for index, raw in partial.items():
+    for index, parts in pieces.items():
+        block = message["content"][index]
+        if block.get("type") == "text":
+            block["text"] = block.get("text", "") + "".join(parts)
+            continue
         try:
-            message["content"][index]["input"] = json.loads(raw)
+            block["input"] = json.loads("".join(parts))
         except ValueError:
-            message["content"][index]["input"] = {"(cut off)": raw}
+            block["input"] = {"(cut off)": "".join(parts)}
     return message
 
 
@@ -981,7 +1068,7 @@ section.call>h2{font-size:15px;margin:0 0 6px}.agent{background:#e8eef5;border-r
 .result.error{background:#fdecec}pre{white-space:pre-wrap;word-break:break-word;margin:2px 0;font:12px/1.4 monospace}
 .transient{outline:2px dashed #e0a000;background:#fff6df}.cleared{color:#8a6d00;background:#fbf5e0}
 .summary{background:#f5efff}.news{background:#eaf7ff;outline:1px solid #9ccbe8}.uses{color:#666;font-size:12px}
-.reply{background:#f7f3ff}
+.reply{background:#f7f3ff}.earlier{color:#555;font-size:12px;margin:4px 0}.again{opacity:.85}
 table.mail{border-collapse:collapse;width:100%;background:#fff}table.mail td,table.mail th{border:1px solid #ddd;
 padding:3px 6px;text-align:left;vertical-align:top;font-size:12px}details>summary{cursor:pointer;color:#555}
 """
@@ -1010,80 +1097,151 @@ def render_figure(label: str, value: int | None) -> str:
            f'{label.replace("-", " ")}: {shown}</span>'
 
 
+class Drawn:
+    """The messages a page has drawn: each distinct message once, numbered, in the call where it
+    first reached the model; later requests that carry it again link there."""
+
+    def __init__(self):
+        self.keys: dict[int, bytes] = {}  # id(message) -> its digest (the calls keep them alive)
+        self.where: dict[bytes, tuple[int, int]] = {}  # digest -> (its number, the call drawing it)
+
+    def key(self, message) -> bytes:
+        key = self.keys.get(id(message))
+        if key is None:
+            text = _compact(message).encode("utf-8", "surrogatepass")
+            key = self.keys[id(message)] = hashlib.sha256(text).digest()
+        return key
+
+    def draw(self, messages: list, at: int, key: bytes, call: int, escape) -> str:
+        """messages[at], drawn in full if the page has not drawn it yet, else a link to it."""
+        message, role = messages[at], escape(str(messages[at].get("role")))
+        if key in self.where:
+            number, drawn_in = self.where[key]
+            return (f'<div class="msg {role} new again"><div class="role">{role} '
+                    f'<a href="#m-{number}">#{number}</a></div><div class="uses">the same message '
+                    f'as in <a href="#call-{drawn_in}">call {drawn_in}</a></div></div>')
+        number = len(self.where) + 1
+        self.where[key] = (number, call)
+        return render_message(message, messages[at - 1] if at else None, True, escape, number)
+
+    def earlier(self, keys: list, since: int, escape, most: int = 12) -> str:
+        """A line for the messages a request repeats from the agent's previous one: their links."""
+        numbers = [self.where[k][0] for k in keys if k in self.where]
+        runs: list = []
+        for n in numbers:
+            if runs and n == runs[-1][1] + 1:
+                runs[-1][1] = n
+            else:
+                runs.append([n, n])
+        link = lambda n: f'<a href="#m-{n}">#{n}</a>'  # noqa: E731
+        shown = ", ".join(link(a) if a == b else f"{link(a)}-{link(b)}" for a, b in runs[:most])
+        more = f" and {len(runs) - most} more runs" if len(runs) > most else ""
+        return (f'<div class="earlier">{len(keys)} earlier message(s), unchanged since '
+                f'<a href="#call-{since}">call {since}</a>: {shown}{more}</div>')
+
+
 def write_trace(path: Path, calls: list, workdir: Path, title: str = "") -> None:
-    """One self-contained page: a panel per model call, then the mailbox traffic and the task board, if any."""
+    """One self-contained page: a panel per model call, then the mailbox traffic and the task
+    board, if any. Each message is drawn once (see Drawn), so the page grows with the
+    conversation, not with calls x history; it is written panel by panel."""
     from html import escape
-    previous: dict = {}
-    panels = []
-    for number, call in enumerate(calls, 1):
-        request, reply = call["request"], call["reply"]
-        agent, messages = agent_of(request), request["messages"]
-        before = previous.get(agent, [])
-        shared = next((i for i, (a, b) in enumerate(zip(before, messages)) if a != b), min(len(before), len(messages)))
-        previous[agent] = messages
-        fresh = "new" if shared == len(before) else "new or changed"  # after an edit, all that follows it is resent
-        changes = [f"{len(messages) - shared} {fresh} message(s) since {agent}'s previous call"] if before else \
-            [f"{agent}'s first call: {len(messages)} message(s)"]
-        if before and shared < len(before):
-            edited = json.dumps(messages[shared:])
-            changes.append(f"{len(before) - shared} earlier message(s) changed: "
-                           + ("summarised by a compaction" if "[This conversation was compacted" in edited else
-                              "old results cleared by micro compaction" if "[cleared:" in edited else "rewritten"))
-        if "<nag-reminder>" in json.dumps(messages[-1]):
-            changes.append("a transient reminder rides on this request only (it is not in the history)")
-        if "New messages in your team mailbox" in json.dumps(messages[-1]):
-            changes.append("team mail joins this request")
-        tokens = {label: usage_figure(reply, key) for label, key in TOKEN_FIGURES.items()}
-        shown = [render_message(m, messages[i - 1] if i else None, i >= shared, escape) for i, m in enumerate(messages)]
-        old = f"<details><summary>{shared} earlier message(s), unchanged since the previous call</summary>" \
-              f"{''.join(shown[:shared])}</details>" if shared else ""
-        panels.append(
-            f'<section class="call" id="call-{number}" data-agent="{escape(agent)}">'
-            f'<h2>Call {number} <span class="agent">{escape(agent)}</span> stop: {escape(str(reply.get("stop_reason")))}'
-            '</h2><div class="tokens">'
+    totals = {k: sum(usage_figure(c["reply"], k) or 0 for c in calls)
+              for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")}
+    drawn, previous = Drawn(), {}  # agent -> (the keys of its previous request, that call's number)
+    # a lone surrogate in a text is written as \\ud800
+    with open(path, "w", encoding="utf-8", errors="backslashreplace") as page:
+        page.write(
+            f"<!doctype html><html><head><meta charset='utf-8'><title>trace: {escape(title)}"
+            f"</title><style>{PAGE_STYLE}</style></head><body><header><h1>What the model saw: "
+            f"{escape(title)}</h1>{len(calls)} model calls. Tokens: not cached "
+            f"{totals['input_tokens']:,}; read from the cache "
+            f"{totals['cache_read_input_tokens']:,}; written to it "
+            f"{totals['cache_creation_input_tokens']:,}. Each panel is one request: "
+            "what changed since that agent's previous request, the new messages, and the reply. "
+            "Each message is drawn once, numbered, where it first reached the model; a later "
+            "request that carries it again links there.</header><main>")
+        for number, call in enumerate(calls, 1):
+            page.write(render_call(number, call, drawn, previous, escape))
+        page.write(mail_table(workdir, escape) + board_table(workdir, escape)
+                   + "</main></body></html>")
+
+
+def render_call(number: int, call: dict, drawn: Drawn, previous: dict, escape) -> str:
+    """One panel: what changed since the agent's previous call, the new messages, the reply."""
+    request, reply = call["request"], call["reply"]
+    agent, messages = agent_of(request), request.get("messages") or []
+    keys = [drawn.key(m) for m in messages]
+    before, since = previous.get(agent, ([], 0))
+    previous[agent] = (keys, number)
+    shared = next((i for i, (a, b) in enumerate(zip(before, keys)) if a != b),
+                  min(len(before), len(keys)))
+    fresh = "new" if shared == len(before) else "new or changed"  # all after an edit is sent again
+    changes = [f"{len(messages) - shared} {fresh} message(s) since {agent}'s previous call"] \
+        if before else [f"{agent}'s first call: {len(messages)} message(s)"]
+    if before and shared < len(before):
+        edited = json.dumps(messages[shared:])
+        how = "summarised by a compaction" if "[This conversation was compacted" in edited else \
+            "old results cleared by micro compaction" if "[cleared:" in edited else "rewritten"
+        changes.append(f"{len(before) - shared} earlier message(s) changed: {how}")
+    last = json.dumps(messages[-1]) if messages else ""
+    if "<nag-reminder>" in last:
+        changes.append("a transient reminder rides on this request only (it is not in the history)")
+    if "New messages in your team mailbox" in last:
+        changes.append("team mail joins this request")
+    tokens = {label: usage_figure(reply, key) for label, key in TOKEN_FIGURES.items()}
+    return (f'<section class="call" id="call-{number}" data-agent="{escape(agent)}">'
+            f'<h2>Call {number} <span class="agent">{escape(agent)}</span> stop: '
+            f'{escape(str(reply.get("stop_reason")))}</h2><div class="tokens">'
             + "".join(render_figure(k, v) for k, v in tokens.items())
             + '</div><ul class="changes">' + "".join(f"<li>{escape(c)}</li>" for c in changes) + "</ul>"
-            + old + "".join(shown[shared:]) + '<div class="msg assistant reply"><div class="role">reply</div>'
+            + (drawn.earlier(keys[:shared], since, escape) if shared else "")
+            + "".join(drawn.draw(messages, i, keys[i], number, escape)
+                      for i in range(shared, len(messages)))
+            + '<div class="msg assistant reply"><div class="role">reply</div>'
             + "".join(render_block(b, escape) for b in reply.get("content") or [])
             + "</div></section>")
+
+
+def mail_table(workdir: Path, escape) -> str:
     mail = []
     for mailbox in sorted(Path(workdir).glob(".mailbox/*/*.jsonl")):
         for line in mailbox.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 m = json.loads(line)
-                mail.append(f'<tr><td>{escape(mailbox.name)}</td><td>{escape(str(m.get("from")))} -&gt; '
-                            f'{escape(str(m.get("to")))}</td><td>{escape(str(m.get("kind")))}'
-                            f'{" [" + escape(m["protocol"]) + "]" if m.get("protocol") else ""}</td>'
-                            f'<td>{clipped(str(m.get("content")), escape)}</td></tr>')
+                protocol = f" [{escape(m['protocol'])}]" if m.get("protocol") else ""
+                mail.append(f'<tr><td>{escape(mailbox.name)}</td><td>{escape(str(m.get("from")))} '
+                            f'-&gt; {escape(str(m.get("to")))}</td><td>{escape(str(m.get("kind")))}'
+                            f'{protocol}</td><td>{clipped(str(m.get("content")), escape)}'
+                            '</td></tr>')
             except (ValueError, AttributeError, TypeError):
-                mail.append(f"<tr><td>{escape(mailbox.name)}</td><td colspan=3>(a malformed line)</td></tr>")
-    board = []  # the task board as the run left it (s07 on): who did what, and how it ended
-    for task_file in sorted(Path(workdir).glob(".tasks/task_*.json"), key=lambda p: (len(p.name), p.name)):
+                mail.append(f"<tr><td>{escape(mailbox.name)}</td><td colspan=3>(a malformed line)"
+                            "</td></tr>")
+    return (f"<h2>Mailbox traffic</h2><table class='mail'><tr><th>mailbox</th><th>from -&gt; to"
+            f"</th><th>kind</th><th>content</th></tr>{''.join(mail)}</table>" if mail else "")
+
+
+BOARD_COLUMNS = ("id", "subject", "status", "owner", "blockedBy", "result")
+
+
+def board_table(workdir: Path, escape) -> str:
+    """The task board as the run left it (s07 on): who did what, and how it ended."""
+    board = []
+    files = sorted(Path(workdir).glob(".tasks/task_*.json"), key=lambda p: (len(p.name), p.name))
+    for task_file in files:
         try:
             task = json.loads(task_file.read_text(encoding="utf-8"))
             board.append("<tr>" + "".join(f"<td>{clipped(str(task.get(key) or ''), escape)}</td>"
-                                          for key in ("id", "subject", "status", "owner", "blockedBy", "result")) + "</tr>")
+                                          for key in BOARD_COLUMNS) + "</tr>")
         except (ValueError, AttributeError):
             board.append(f"<tr><td colspan=6>{escape(task_file.name)}: not a task record</td></tr>")
-    totals = {k: sum(usage_figure(c["reply"], k) or 0 for c in calls)
-              for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")}
-    page = (f"<!doctype html><html><head><meta charset='utf-8'><title>trace: {escape(title)}</title>"
-            f"<style>{PAGE_STYLE}</style></head><body><header><h1>What the model saw: {escape(title)}</h1>"
-            f"{len(calls)} model calls. Tokens: not cached {totals['input_tokens']:,}; read from the cache "
-            f"{totals['cache_read_input_tokens']:,}; written to it {totals['cache_creation_input_tokens']:,}. "
-            "Each panel is one request: what changed since that agent's previous request, the new messages "
-            "(earlier ones folded), and the reply.</header><main>" + "".join(panels)
-            + (f"<h2>Mailbox traffic</h2><table class='mail'><tr><th>mailbox</th><th>from -&gt; to</th>"
-               f"<th>kind</th><th>content</th></tr>{''.join(mail)}</table>" if mail else "")
-            + (f"<h2>The task board at the end</h2><table class='mail board'><tr><th>id</th><th>subject</th>"
-               f"<th>status</th><th>owner</th><th>blocked by</th><th>result</th></tr>{''.join(board)}</table>"
-               if board else "")
-            + "</main></body></html>")
-    path.write_text(page, encoding="utf-8", errors="backslashreplace")  # a lone surrogate: \\ud800
+    return ("<h2>The task board at the end</h2><table class='mail board'><tr><th>id</th>"
+            "<th>subject</th><th>status</th><th>owner</th><th>blocked by</th><th>result</th></tr>"
+            f"{''.join(board)}</table>" if board else "")
 
 
-def render_message(message: dict, before: dict | None, new: bool, escape) -> str:
-    """A message as the model received it. Each tool result is drawn beside the call it answers."""
+def render_message(message: dict, before: dict | None, new: bool, escape, number: int = 0) -> str:
+    """A message as the model received it (with its number on the page, and an anchor to it).
+    Each tool result is drawn beside the call it answers."""
     calls = {b.get("id"): b for b in blocks_of(before or {}) if b.get("type") == "tool_use"}
     parts = []
     for block in blocks_of(message):
@@ -1098,8 +1256,10 @@ def render_message(message: dict, before: dict | None, new: bool, escape) -> str
                          f'({escape(str(block.get("id")))})</div>')
         else:
             parts.append(render_block(block, escape))
-    return (f'<div class="msg {escape(message["role"])}{" new" if new else ""}"><div class="role">'
-            f'{escape(message["role"])}</div>{"".join(parts)}</div>')
+    role = escape(str(message.get("role")))
+    anchor, label = (f' id="m-{number}"', f" #{number}") if number else ("", "")
+    return (f'<div class="msg {role}{" new" if new else ""}"{anchor}><div class="role">'
+            f'{role}{label}</div>{"".join(parts)}</div>')
 
 
 def clipped(text: str, escape, limit: int = 600) -> str:

@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from conftest import STEPS
-from offline import ForwardingProxy, Reply, ScriptedModel, reply, tool_use, write_trace
+from offline import ForwardingProxy, Reply, ScriptedModel, StandIn, reply, tool_use, write_trace
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_browser = pytest.mark.skipif(not CHROMIUM and os.getenv("REQUIRE_BROWSER") != "1",
@@ -269,3 +269,55 @@ def test_a_trace_folder_that_does_not_exist_stops_the_run_before_it_starts(
     assert done.returncode == 2
     assert len(done.stderr.splitlines()) == 1 and "missing does not exist" in done.stderr
     assert done.stdout == "" and standin.requests == []  # nothing ran
+
+
+# -- The page and the recording grow with the conversation, not with calls x history ----------
+def reading_session(calls: int, size: int):
+    """The requests of an agent that reads one new `size`-character file per call, and replies."""
+    history, requests = [{"role": "user", "content": "Read the logs, one at a time."}], []
+    for n in range(calls):
+        requests.append({"model": "m", "max_tokens": 100, "tools": [{"name": "read_file",
+                         "input_schema": {"type": "object"}}], "messages": list(history)})
+        call = {"type": "tool_use", "id": f"toolu_{n}", "name": "read_file",
+                "input": {"path": f"{n}.log"}}
+        log = "".join(f"{n:02d}-{i:05d} INFO request served\n" for i in range(size // 26))
+        history += [{"role": "assistant", "content": [call]},
+                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"],
+                                                  "content": log}]}]
+    return requests
+
+
+def test_the_page_draws_each_message_once(tmp_path):
+    requests = reading_session(20, 20_000)
+    said = {"content": [{"type": "text", "text": "reading"}], "usage": {"input_tokens": 1}}
+    calls = [{"request": r, "reply": said} for r in requests]
+    page = tmp_path / "long.html"
+    write_trace(page, calls, tmp_path, title="20 calls")
+    largest = len(json.dumps(requests[-1]))
+    assert page.stat().st_size < 3 * largest + 20 * 4_000  # before: each call drew all its history
+    text = page.read_text(encoding="utf-8")
+    assert text.count("18-00000 INFO") == 1 and text.count("00-00000 INFO") == 1
+    assert 'unchanged since <a href="#call-19">call 19</a>' in text  # call 20 links back
+
+
+def test_a_recording_keeps_each_message_once(standin):
+    """Through the proxy (and in the stand-in's own record), a call's request refers to the
+    messages kept for the calls before it: memory grows with the conversation."""
+    standin.policy = lambda request: ["ok"]
+    requests = reading_session(6, 5_000)
+    with ForwardingProxy(standin.url) as proxy:
+        host, port = proxy.url.removeprefix("http://").split(":")
+        for request in requests:
+            conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            conn.request("POST", "/v1/messages", json.dumps({**request, "stream": True}),
+                         {"X-Api-Key": "k", "Content-Type": "application/json"})
+            answer = conn.getresponse()
+            assert answer.status == 200 and b"message_stop" in answer.read()
+            conn.close()
+        assert proxy.settle()
+        for record in (proxy.calls, standin.calls):
+            assert [c["request"]["messages"] for c in record] == [r["messages"] for r in requests]
+            first, last = record[0]["request"]["messages"], record[-1]["request"]["messages"]
+            assert last[0] is first[0]
+            assert record[-1]["request"]["tools"] is record[0]["request"]["tools"]
+            assert all(a is b for a, b in zip(record[-2]["request"]["messages"], last))
