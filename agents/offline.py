@@ -829,6 +829,14 @@ def run_demo(script_path: str, trace: str | None = None) -> int:
     return 1 if server.rejected or trace and not written else 0
 
 
+def unrecorded(notes: list) -> str:
+    """The answers a page does not show, each kind once: "2 x a 200 answer that is ..."."""
+    counts: dict = {}
+    for note in notes:
+        counts[note] = counts.get(note, 0) + 1
+    return "; ".join(note if n == 1 else f"{n} x {note}" for note, n in counts.items())
+
+
 def run_traced(script_path: str, trace: str | None, argv: list[str]) -> int:
     """A real session, recorded: the step talks to a local forwarding proxy that passes every request
     to the configured endpoint and keeps both sides; the page is written when the REPL ends."""
@@ -855,7 +863,8 @@ def run_traced(script_path: str, trace: str | None, argv: list[str]) -> int:
             proxy.settle()  # the last reply is recorded just after the step has it
             written = save_trace(page, proxy.calls, Path.cwd(), title=f"{script.stem} (recorded)")
             if written:
-                print(f"[trace] {len(proxy.calls)} model calls written to {trace}")
+                print(f"[trace] {len(proxy.calls)} model calls written to {trace}"
+                      + (f"; not recorded: {unrecorded(proxy.notes)}" if proxy.notes else ""))
     return 0 if written else 1
 
 
@@ -883,6 +892,7 @@ class ForwardingProxy:
         self.upstream, self.calls, self._lock = upstream.rstrip("/"), [], threading.Lock()
         self._parts, self.kept = parts, Interner()  # the calls' requests share their messages
         self._busy, self._handling = threading.Condition(), 0  # requests being relayed or recorded
+        self.notes: list[str] = []  # answers that were not recorded, and why
 
     def connect(self) -> http.client.HTTPConnection:
         """A connection to the upstream's host, and no other: nothing in a request can change it."""
@@ -920,25 +930,25 @@ class ForwardingProxy:
                     return self.refuse(400, "the request-target must be a path starting with '/'")
                 upstream = proxy.connect()
                 try:
-                    upstream.putrequest(self.command, target, skip_accept_encoding=True)
-                    for key, value in self.headers.items():
-                        if key.lower() not in HOP_BY_HOP:
-                            upstream.putheader(key, value)
-                    upstream.putheader("Content-Length", str(len(raw)))
-                    upstream.putheader("Connection", "close")  # its end is the end of the answer
-                    upstream.endheaders(raw)
-                    request = self.parse(raw)  # while the upstream works on its answer
-                    del raw  # (a long history is held once, not once per copy)
-                    answer = upstream.getresponse()  # a 3xx is an answer like any: not followed
-                    blocks = self.relay(answer)
+                    try:
+                        upstream.putrequest(self.command, target, skip_accept_encoding=True)
+                        for key, value in self.headers.items():
+                            if key.lower() not in HOP_BY_HOP:
+                                upstream.putheader(key, value)
+                        upstream.putheader("Content-Length", str(len(raw)))
+                        upstream.putheader("Connection", "close")  # its end is the answer's end
+                        upstream.endheaders(raw)
+                        request = self.parse(raw)  # while the upstream works on its answer
+                        del raw  # (a long history is held once, not once per copy)
+                        answer = upstream.getresponse()  # a 3xx is an answer like any: not followed
+                    except (OSError, http.client.HTTPException) as error:  # refused, DNS, TLS...
+                        reason = f"cannot reach {proxy.upstream}: {error}"
+                        return self.refuse(502, reason, "api_error")
+                    body = self.relay(answer)
                 finally:
                     upstream.close()
-                if answer.status == 200 and request is not None:
-                    body = b"".join(blocks)
-                    del blocks
-                    reply = rebuild(dechunk(body) if answer.chunked else body)
-                    with proxy._lock:
-                        proxy.calls.append({"request": request, "reply": reply, "at": time.time()})
+                if body is not None and answer.status == 200 and request is not None:
+                    self.record(request, answer, body)
 
             def parse(self, raw: bytes) -> dict | None:
                 """The request to record (a model call), its messages shared with earlier calls."""
@@ -949,9 +959,10 @@ class ForwardingProxy:
                 except ValueError:  # not JSON: the upstream will say so; nothing to record
                     return None
 
-            def relay(self, answer) -> list:
+            def relay(self, answer) -> bytes | None:
                 """Send the upstream's answer on as it came: status, headers, body, each block as
-                it arrives (a chunked body with its chunks as sent). Returns the blocks."""
+                it arrives (a chunked body with its chunks as sent). Returns the body as relayed,
+                or None if the answer broke off (the client then sees it break off too)."""
                 self.send_response_only(answer.status, answer.reason)
                 for key, value in answer.getheaders():
                     if key.lower() not in HOP_BY_HOP:
@@ -959,22 +970,43 @@ class ForwardingProxy:
                 sized = answer.length is not None and not answer.chunked
                 self.send_header(*("Content-Length", str(answer.length)) if sized
                                  else ("Transfer-Encoding", "chunked"))
-                self.end_headers()
                 blocks = []
-                if answer.chunked:  # passed on as it comes, chunk framing included; until the close
-                    while block := answer.fp.read1(65536):
-                        self.wfile.write(block)
+                try:
+                    self.end_headers()
+                    if answer.chunked:  # passed on as it comes, chunks as sent, until the close
+                        while block := answer.fp.read1(65536):
+                            self.wfile.write(block)
+                            blocks.append(block)
+                        body = b"".join(blocks)
+                        if not chunked_whole(body):
+                            raise ConnectionError("the upstream closed in the middle of its answer")
+                        return body
+                    while block := answer.read1(65536):
+                        self.wfile.write(block if sized else b"%x\r\n%s\r\n" % (len(block), block))
                         blocks.append(block)
-                    return blocks
-                while block := answer.read1(65536):
-                    self.wfile.write(block if sized else b"%x\r\n%s\r\n" % (len(block), block))
-                    blocks.append(block)
-                if not sized:
-                    self.wfile.write(b"0\r\n\r\n")
-                return blocks
+                    if not sized:
+                        self.wfile.write(b"0\r\n\r\n")
+                    return b"".join(blocks)
+                except (OSError, http.client.HTTPException) as error:  # upstream or client gone
+                    self.close_connection = True  # so the client sees the answer end too soon
+                    proxy.note(f"an answer that broke off ({error or type(error).__name__})")
+                    return None
 
-            def refuse(self, status: int, message: str) -> None:
-                error = {"type": "invalid_request_error", "message": f"--trace proxy: {message}"}
+            def record(self, request: dict, answer, body: bytes) -> None:
+                kind = answer.getheader("Content-Type") or ""
+                try:
+                    reply = rebuild(dechunk(body) if answer.chunked else body)
+                    if not isinstance(reply, dict) or not isinstance(reply.get("content"), list):
+                        raise ValueError("no content")
+                except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+                    preview = body[:80].decode("utf-8", "replace")
+                    return proxy.note(f"a 200 answer that is not a Messages API reply "
+                                      f"({kind or 'no Content-Type'}): {preview!r}")
+                with proxy._lock:
+                    proxy.calls.append({"request": request, "reply": reply, "at": time.time()})
+
+            def refuse(self, status: int, message: str, kind="invalid_request_error") -> None:
+                error = {"type": kind, "message": f"--trace proxy: {message}"}
                 data = json.dumps({"type": "error", "error": error}).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -985,8 +1017,14 @@ class ForwardingProxy:
             def log_message(self, *args):
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        class Server(ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request, client_address):  # one line, not a traceback
+                error = sys.exc_info()[1]
+                proxy.note(f"the proxy failed on a request: {type(error).__name__}: {error}")
+
+        self._server = Server(("127.0.0.1", 0), Handler)
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                          daemon=True).start()
         return self
@@ -995,6 +1033,11 @@ class ForwardingProxy:
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
+
+    def note(self, problem: str) -> None:
+        """Something the page will not show (an answer not recorded): told once, at the end."""
+        with self._lock:
+            self.notes.append(problem)
 
     def settle(self, timeout: float = 30.0) -> bool:
         """Wait until no request is being relayed or recorded (a reply is recorded just after the
@@ -1007,16 +1050,25 @@ class ForwardingProxy:
         self._server.server_close()
 
 
-def dechunk(data: bytes) -> bytes:
-    """The body carried by a chunked transfer coding (RFC 9112, 7.1), as far as it arrived."""
+def chunked_whole(data: bytes) -> bool:
+    """Whether a body in the chunked transfer coding arrived whole: its last chunk and trailers."""
+    try:
+        return dechunk(data, whole=True) is not None
+    except ValueError:  # not chunked framing at all
+        return False
+
+
+def dechunk(data: bytes, whole: bool = False) -> bytes | None:
+    """The body carried by a chunked transfer coding (RFC 9112, 7.1), as far as it arrived;
+    with `whole`, None unless the last chunk (size 0) and the end of its trailers are there."""
     parts, at = [], 0
     while (end := data.find(b"\r\n", at)) >= 0:
         size = int(data[at:end].split(b";")[0].strip() or b"0", 16)  # extensions are ignored
-        if size == 0:
-            break
+        if size == 0:  # the last chunk; with `whole`, its (empty) trailer section must end too
+            return b"".join(parts) if not whole or data.find(b"\r\n\r\n", end) >= 0 else None
         parts.append(data[end + 2:end + 2 + size])
         at = end + 2 + size + 2
-    return b"".join(parts)
+    return None if whole else b"".join(parts)
 
 
 def rebuild(body: bytes) -> dict:

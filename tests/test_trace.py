@@ -321,3 +321,38 @@ def test_a_recording_keeps_each_message_once(standin):
             assert last[0] is first[0]
             assert record[-1]["request"]["tools"] is record[0]["request"]["tools"]
             assert all(a is b for a, b in zip(record[-2]["request"]["messages"], last))
+
+
+# -- Upstream failures: one clear line, no traceback ---------------------------------------
+def test_an_upstream_that_refuses_connections_gives_one_clear_line(run_step, workdir):
+    with socket.socket() as closed:  # bound, never listening: every connection is refused
+        closed.bind(("127.0.0.1", 0))
+        upstream = f"http://127.0.0.1:{closed.getsockname()[1]}"
+        done = run_step("s01_agent_loop", "hello\n", args=["--trace", "down.html"],
+                        env={"ANTHROPIC_BASE_URL": upstream})
+    assert done.returncode == 0 and done.stderr == "", done.stderr  # before: 6 tracebacks
+    said = [line for line in done.stdout.splitlines() if f"cannot reach {upstream}" in line]
+    assert len(said) == 1 and "Connection refused" in said[0], done.stdout
+    assert "[trace] 0 model calls written to down.html" in done.stdout
+    assert (workdir / "down.html").exists()
+
+
+def test_an_upstream_that_answers_html_gives_one_clear_line(run_step, workdir):
+    portal = b"<html><body><h1>Sign in to the hotel wifi</h1></body></html>"
+    with local_server(lambda request: (200, [("Content-Type", "text/html")], portal)) as upstream:
+        done = run_step("s01_agent_loop", "hello\n", args=["--trace", "portal.html"],
+                        env={"ANTHROPIC_BASE_URL": upstream.url})
+    assert done.returncode == 0 and done.stderr == "", done.stderr  # before: a traceback
+    [said] = [line for line in done.stdout.splitlines() if "not recorded" in line]
+    assert "not a Messages API reply (text/html)" in said and "Sign in to the hotel wifi" in said
+
+
+def test_a_stream_that_breaks_off_upstream_breaks_off_for_the_step_without_a_traceback(
+        run_step, standin, workdir):
+    standin.policy = ScriptedModel([["This reply is long enough to be cut off in the middle."]])
+    standin.fail_next("stream_drop")
+    done = run_step("s01_agent_loop", "hello\n", args=["--trace", "drop.html"])
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert "API error" in done.stdout  # the step saw its answer end too soon, as without --trace
+    [said] = [line for line in done.stdout.splitlines() if "not recorded" in line]
+    assert "an answer that broke off" in said
