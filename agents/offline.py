@@ -995,7 +995,7 @@ class ForwardingProxy:
             def record(self, request: dict, answer, body: bytes) -> None:
                 kind = answer.getheader("Content-Type") or ""
                 try:
-                    reply = rebuild(dechunk(body) if answer.chunked else body)
+                    reply = rebuild(dechunk(body) if answer.chunked else body, kind)
                     if not isinstance(reply, dict) or not isinstance(reply.get("content"), list):
                         raise ValueError("no content")
                 except (ValueError, TypeError, KeyError, IndexError, AttributeError):
@@ -1071,37 +1071,83 @@ def dechunk(data: bytes, whole: bool = False) -> bytes | None:
     return None if whole else b"".join(parts)
 
 
-def rebuild(body: bytes) -> dict:
+SSE_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+def read_sse(text: str):
+    """The events of a server-sent event stream, as (event type, data), parsed by the spec (HTML
+    Living Standard, "Interpreting an event stream"): lines end in CRLF, LF or CR; a line that
+    starts with ":" is a comment; "field: value" loses at most one space after the colon (and a
+    line without a colon is a field with an empty value); the data lines of an event are joined
+    by "\n"; a blank line dispatches the event, and an event cut off before one is dropped."""
+    kind, data = "", []
+    for line in SSE_LINE_END.split(text.removeprefix("\ufeff")):
+        if not line:
+            if data:
+                yield kind or "message", "\n".join(data)
+            kind, data = "", []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "data":
+            data.append(value)
+        elif field == "event":
+            kind = value
+        # "id", "retry" and fields the spec does not know change nothing here
+
+
+def is_event_stream(text: str, content_type: str | None) -> bool:
+    if content_type:
+        return content_type.split(";")[0].strip().lower() == "text/event-stream"
+    first = text.lstrip("\ufeff \t\r\n")  # no header: by its first line (JSON starts with "{")
+    return first.startswith((":", "event", "data", "id", "retry"))
+
+
+DELTAS = {"text_delta": ("text", "text"), "input_json_delta": ("input", "partial_json")}
+
+
+def rebuild(body: bytes, content_type: str | None = None) -> dict:
     """The message a reply carried: plain JSON, or accumulated from its server-sent events."""
     text = body.decode("utf-8", "replace")
-    if not text.lstrip().startswith("event:"):
+    if not is_event_stream(text, content_type):
         return json.loads(text)
-    message, pieces = {}, {}  # index -> the text or JSON pieces of that block, joined at the end
-    for frame in text.split("\n\n"):
-        data = next((line[6:] for line in frame.splitlines() if line.startswith("data: ")), None)
-        event = json.loads(data) if data else {}
-        kind = event.get("type")
-        if kind == "message_start":
-            message = event["message"]
+    message: dict = {"content": []}
+    pieces: dict = {}  # (index, "text" or "input") -> the pieces of that block, joined at the end
+    for kind, data in read_sse(text):
+        try:
+            event = json.loads(data)
+        except ValueError:
+            continue  # not JSON (a keep-alive, say): nothing of the message
+        if not isinstance(event, dict):
+            continue
+        kind = event.get("type", kind)
+        if kind == "message_start" and isinstance(event.get("message"), dict):
+            message = {"content": [], **event["message"]}
         elif kind == "content_block_start":
-            message["content"].append(event["content_block"])
-        elif kind == "content_block_delta":
-            delta = event["delta"]
-            if delta["type"] in ("text_delta", "input_json_delta"):
-                piece = delta.get("text", delta.get("partial_json"))
-                pieces.setdefault(event["index"], []).append(piece)
+            message["content"].append(event.get("content_block") or {})
+        elif kind == "content_block_delta" and isinstance(event.get("delta"), dict):
+            delta, index = event["delta"], event.get("index")
+            field, key = DELTAS.get(delta.get("type"), ("", ""))
+            if field and isinstance(delta.get(key), str):
+                pieces.setdefault((index, field), []).append(delta[key])
         elif kind == "message_delta":
-            message.update({k: v for k, v in event["delta"].items() if v is not None})
-            message["usage"] = {**message.get("usage", {}), **event.get("usage", {})}
-    for index, parts in pieces.items():
-        block = message["content"][index]
-        if block.get("type") == "text":
-            block["text"] = block.get("text", "") + "".join(parts)
+            message.update({k: v for k, v in (event.get("delta") or {}).items() if v is not None})
+            message["usage"] = {**(message.get("usage") or {}), **(event.get("usage") or {})}
+        elif kind == "error":
+            message["error"] = event.get("error")  # the stream ended with an error
+    for (index, field), parts in pieces.items():
+        if not isinstance(index, int) or not 0 <= index < len(message["content"]):
+            continue  # a delta for a block that never started
+        block, joined = message["content"][index], "".join(parts)
+        if field == "text":
+            block["text"] = str(block.get("text") or "") + joined
             continue
         try:
-            block["input"] = json.loads("".join(parts))
+            block["input"] = json.loads(joined)
         except ValueError:
-            block["input"] = {"(cut off)": "".join(parts)}
+            block["input"] = {"(cut off)": joined}
     return message
 
 

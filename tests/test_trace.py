@@ -21,7 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from conftest import STEPS
-from offline import ForwardingProxy, Reply, ScriptedModel, StandIn, reply, tool_use, write_trace
+from offline import (ForwardingProxy, Reply, ScriptedModel, make_message, rebuild, reply, sse_events,
+                     tool_use, write_trace)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_browser = pytest.mark.skipif(not CHROMIUM and os.getenv("REQUIRE_BROWSER") != "1",
@@ -356,3 +357,61 @@ def test_a_stream_that_breaks_off_upstream_breaks_off_for_the_step_without_a_tra
     assert "API error" in done.stdout  # the step saw its answer end too soon, as without --trace
     [said] = [line for line in done.stdout.splitlines() if "not recorded" in line]
     assert "an answer that broke off" in said
+
+
+# -- Recording a stream: server-sent events as the spec reads them -----------------------------
+STREAMED = make_message({"model": "m"}, ["Hello, this text comes in pieces of 24 characters.",
+                                          tool_use("bash", {"command": "ls -la", "timeout": 5})],
+                        {"input_tokens": 30, "cache_read_input_tokens": 0})
+
+
+def event_stream(end="\n", space=" ", comments=False, split=False, names=True, ids=False):
+    """STREAMED as server-sent events, written in one of the ways the spec allows."""
+    lines = [": a comment first"] if comments else []
+    for number, (kind, data) in enumerate(sse_events(STREAMED)):
+        text = json.dumps(data)
+        lines += [f"id:{space}{number}"] * ids + [": keep-alive"] * comments
+        lines += [f"event:{space}{kind}"] * names
+        parts = ["{", text[1:-1], "}"] if split else [text]  # joined by "\n": the same JSON
+        lines += [f"data:{space}{part}" for part in parts] + [""]
+    return end.join(lines + [""]).encode()
+
+
+@pytest.mark.parametrize("written", [
+    dict(end="\r\n"), dict(end="\r"), dict(space=""), dict(comments=True), dict(split=True),
+    dict(names=False), dict(ids=True), dict(end="\r\n", space="", comments=True, split=True)],
+    ids=["CRLF", "CR", "data: without its space", "comments", "data on several lines",
+         "no event names", "id lines", "all of them"])
+def test_a_recorded_stream_is_read_as_the_spec_reads_it(written):
+    message = rebuild(event_stream(**written))  # before: an empty reply, or an exception
+    assert message["content"] == STREAMED["content"]
+    assert message["stop_reason"] == "tool_use" and message["usage"] == STREAMED["usage"]
+
+
+def test_an_event_is_dispatched_on_a_blank_line_only():
+    """Two data lines without a blank line between them are one event; an event cut off
+    before its blank line is dropped, as the SDK drops it."""
+    stream = event_stream().decode()
+    cut = {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {}}
+    stream += "event: message_delta\ndata: " + json.dumps(cut)  # no blank line after it
+    assert rebuild(stream.encode())["stop_reason"] == "tool_use"
+    one = 'event: message_start\ndata: {"type": "message_start", "message": {"id": "m1",\n' \
+          'data: "content": [], "role": "assistant"}}\n\n'
+    assert rebuild(one.encode()) == {"id": "m1", "content": [], "role": "assistant"}
+
+
+def test_the_proxy_records_a_crlf_stream():
+    body = event_stream(end="\r\n", space="")
+    headers = [("Content-Type", "text/event-stream")]
+    with local_server(lambda request: (200, headers, body)) as upstream, \
+            ForwardingProxy(upstream.url) as proxy:
+        host, port = proxy.url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        ask = {"model": "m", "messages": [], "stream": True}
+        conn.request("POST", "/v1/messages", json.dumps(ask),
+                     {"X-Api-Key": "k", "Content-Type": "application/json"})
+        assert conn.getresponse().read() == body  # relayed as sent
+        conn.close()
+        assert proxy.settle()
+        [call] = proxy.calls
+    assert call["reply"]["content"] == STREAMED["content"]
