@@ -751,6 +751,13 @@ def flag_value(argv: list[str], flag: str) -> str | None:
     return argv[at]
 
 
+def session_folders(namespace: dict) -> dict:
+    """Where this run's session keeps its mail (s09 on: MAILBOX, in .mailbox/<session>/) and its
+    task board (s07 on: BOARD), as the step named them; what the step lacks is None."""
+    return {"mailbox": getattr(namespace.get("MAILBOX"), "root", None),
+            "board": getattr(namespace.get("BOARD"), "dir", None)}
+
+
 def trace_problem(trace: str) -> str | None:
     """Why the page cannot be written to `trace`, checked before the session runs; None if fine."""
     path = Path(trace)
@@ -818,7 +825,8 @@ def run_demo(script_path: str, trace: str | None = None) -> int:
             os.environ.clear()
             os.environ.update(saved_env)
         written = trace and save_trace(Path(saved_cwd, trace), server.calls, workdir,
-                                       title=f"{script.stem} (offline demo)")
+                                       title=f"{script.stem} (offline demo)",
+                                       **session_folders(namespace))
     seconds = time.monotonic() - started
     print(f"[offline demo] {len(server.requests)} model calls in {seconds:.1f}s; "
           f"{len(server.rejected)} rejected by the validator. The temporary folder is removed.")
@@ -850,6 +858,7 @@ def run_traced(script_path: str, trace: str | None, argv: list[str]) -> int:
         return 2
     with proxy:
         print(f"[trace] recording through {proxy.url} -> {upstream}; the page goes to {trace}", flush=True)
+        namespace: dict = {}
         try:
             os.environ["ANTHROPIC_BASE_URL"] = proxy.url
             namespace = runpy.run_path(str(script), run_name="traced")  # the step, pointed at the proxy
@@ -861,7 +870,8 @@ def run_traced(script_path: str, trace: str | None, argv: list[str]) -> int:
             os.environ.clear()
             os.environ.update(saved_env)
             proxy.settle()  # the last reply is recorded just after the step has it
-            written = save_trace(page, proxy.calls, Path.cwd(), title=f"{script.stem} (recorded)")
+            written = save_trace(page, proxy.calls, Path.cwd(), title=f"{script.stem} (recorded)",
+                                 **session_folders(namespace))
             if written:
                 print(f"[trace] {len(proxy.calls)} model calls written to {trace}"
                       + (f"; not recorded: {unrecorded(proxy.notes)}" if proxy.notes else ""))
@@ -1238,10 +1248,12 @@ class Drawn:
                 f'<a href="#call-{since}">call {since}</a>: {shown}{more}</div>')
 
 
-def write_trace(path: Path, calls: list, workdir: Path, title: str = "") -> None:
-    """One self-contained page: a panel per model call, then the mailbox traffic and the task
-    board, if any. Each message is drawn once (see Drawn), so the page grows with the
-    conversation, not with calls x history; it is written panel by panel."""
+def write_trace(path: Path, calls: list, workdir: Path, title: str = "",
+                mailbox: Path | None = None, board: Path | None = None) -> None:
+    """One self-contained page: a panel per model call, then the mail of this run's session
+    (`mailbox`: its folder) and the task board (`board`: its folder), if the step has them.
+    Each message is drawn once (see Drawn), so the page grows with the conversation, not with
+    calls x history; it is written panel by panel."""
     from html import escape
     totals = {k: sum(usage_figure(c["reply"], k) or 0 for c in calls)
               for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")}
@@ -1260,7 +1272,7 @@ def write_trace(path: Path, calls: list, workdir: Path, title: str = "") -> None
             "request that carries it again links there.</header><main>")
         for number, call in enumerate(calls, 1):
             page.write(render_call(number, call, drawn, previous, escape))
-        page.write(mail_table(workdir, escape) + board_table(workdir, escape)
+        page.write(mail_table(mailbox, workdir, escape) + board_table(board, escape)
                    + "</main></body></html>")
 
 
@@ -1300,9 +1312,13 @@ def render_call(number: int, call: dict, drawn: Drawn, previous: dict, escape) -
             + "</div></section>")
 
 
-def mail_table(workdir: Path, escape) -> str:
+def mail_table(session: Path | None, workdir: Path, escape) -> str:
+    """The mail of this run's session (s09 on: the folder .mailbox/<session>/ the step named),
+    and of no other session that left its mail in the same folder."""
+    if session is None:
+        return ""
     mail = []
-    for mailbox in sorted(Path(workdir).glob(".mailbox/*/*.jsonl")):
+    for mailbox in sorted(Path(session).glob("*.jsonl")):
         for line in mailbox.read_text(encoding="utf-8", errors="replace").splitlines():
             try:
                 m = json.loads(line)
@@ -1314,17 +1330,25 @@ def mail_table(workdir: Path, escape) -> str:
             except (ValueError, AttributeError, TypeError):
                 mail.append(f"<tr><td>{escape(mailbox.name)}</td><td colspan=3>(a malformed line)"
                             "</td></tr>")
-    return (f"<h2>Mailbox traffic</h2><table class='mail'><tr><th>mailbox</th><th>from -&gt; to"
-            f"</th><th>kind</th><th>content</th></tr>{''.join(mail)}</table>" if mail else "")
+    try:
+        where = Path(session).relative_to(workdir)
+    except ValueError:
+        where = Path(session)
+    return (f"<h2>Mailbox traffic of this session ({escape(str(where))})</h2><table class='mail'>"
+            "<tr><th>mailbox</th><th>from -&gt; to</th><th>kind</th><th>content</th></tr>"
+            f"{''.join(mail)}</table>" if mail else "")
 
 
 BOARD_COLUMNS = ("id", "subject", "status", "owner", "blockedBy", "result")
 
 
-def board_table(workdir: Path, escape) -> str:
-    """The task board as the run left it (s07 on): who did what, and how it ended."""
+def board_table(tasks: Path | None, escape) -> str:
+    """The task board as the run left it (s07 on, the folder the step's board uses): who did
+    what, and how it ended."""
+    if tasks is None:
+        return ""
     board = []
-    files = sorted(Path(workdir).glob(".tasks/task_*.json"), key=lambda p: (len(p.name), p.name))
+    files = sorted(Path(tasks).glob("task_*.json"), key=lambda p: (len(p.name), p.name))
     for task_file in files:
         try:
             task = json.loads(task_file.read_text(encoding="utf-8"))

@@ -21,8 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from conftest import STEPS
-from offline import (ForwardingProxy, Reply, ScriptedModel, make_message, rebuild, reply, sse_events,
-                     tool_use, write_trace)
+from offline import (ForwardingProxy, Reply, ScriptedModel, make_message, rebuild, reply,
+                     sse_events, tool_use, write_trace)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_browser = pytest.mark.skipif(not CHROMIUM and os.getenv("REQUIRE_BROWSER") != "1",
@@ -91,6 +91,8 @@ def test_every_demo_writes_a_self_contained_page(offline_demo, step):
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), "no network: nothing loaded from elsewhere"
     assert "<script" not in text  # plain HTML and CSS: it opens from disk anywhere
     assert 'data-value="-' not in text, "no token figure is negative"
+    mail = step in ("s09_team", "s11_autonomous")  # the steps with a session mailbox
+    assert ("Mailbox traffic of this session (.mailbox/" in text) == mail
 
 
 @needs_browser
@@ -415,3 +417,34 @@ def test_the_proxy_records_a_crlf_stream():
         assert proxy.settle()
         [call] = proxy.calls
     assert call["reply"]["content"] == STREAMED["content"]
+
+
+# -- The page shows this run's session, not every session in the folder ----------------------
+def leave_mail(folder, session: str, content: str) -> None:
+    box = folder / ".mailbox" / session
+    box.mkdir(parents=True)
+    (box / "lead.jsonl").write_text(json.dumps({"id": "m1", "from": "alice", "to": "lead",
+                                                "kind": "response", "content": content}) + "\n")
+
+
+def test_the_page_shows_the_mail_of_its_own_session_only(tmp_path):
+    leave_mail(tmp_path, "20250101-090000-aaaaaa", "mail of an earlier session")
+    leave_mail(tmp_path, "20250102-090000-bbbbbb", "mail of this session")
+    page = tmp_path / "mail.html"
+    write_trace(page, [], tmp_path, title="mail",
+                mailbox=tmp_path / ".mailbox" / "20250102-090000-bbbbbb")
+    text = page.read_text(encoding="utf-8")
+    assert "mail of this session" in text and "mail of an earlier session" not in text
+    assert "Mailbox traffic of this session (.mailbox/20250102-090000-bbbbbb)" in text
+
+
+def test_a_recorded_s01_page_shows_no_mail_or_board_of_other_sessions(run_step, standin, workdir):
+    leave_mail(workdir, "20250101-090000-aaaaaa", "mail of an s09 session")
+    (workdir / ".tasks").mkdir()
+    (workdir / ".tasks" / "task_1.json").write_text(json.dumps(
+        {"id": 1, "subject": "a task of an s07 session", "status": "pending", "blockedBy": []}))
+    standin.policy = ScriptedModel([["Hello."]])
+    done = run_step("s01_agent_loop", "hello\n", args=["--trace", "s01.html"])
+    assert done.returncode == 0, done.stderr
+    text = (workdir / "s01.html").read_text(encoding="utf-8")
+    assert "mail of an s09 session" not in text and "a task of an s07 session" not in text
