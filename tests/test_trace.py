@@ -20,9 +20,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from conftest import STEPS
-from offline import (ForwardingProxy, Reply, ScriptedModel, make_message, rebuild, reply,
-                     sse_events, tool_use, write_trace)
+from conftest import AGENTS, STEPS
+from offline import (AGENT_LABELS, ForwardingProxy, Reply, ScriptedModel, agent_of, make_message,
+                     rebuild, reply, sse_events, tool_use, write_trace)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 needs_browser = pytest.mark.skipif(not CHROMIUM and os.getenv("REQUIRE_BROWSER") != "1",
@@ -448,3 +448,16 @@ def test_a_recorded_s01_page_shows_no_mail_or_board_of_other_sessions(run_step, 
     assert done.returncode == 0, done.stderr
     text = (workdir / "s01.html").read_text(encoding="utf-8")
     assert "mail of an s09 session" not in text and "a task of an s07 session" not in text
+
+
+# -- Who sent a request: one table of system-prompt markers -----------------------------------
+@pytest.mark.parametrize("marker", sorted(AGENT_LABELS))
+def test_each_panel_label_comes_from_a_marker_its_steps_really_send(marker):
+    label, steps = AGENT_LABELS[marker]
+    for step in steps:  # a step that rewords its prompt would have its panels labelled "lead"
+        assert marker in (AGENTS / f"{step}.py").read_text(encoding="utf-8"), (step, marker)
+    system = f"Some role.\n\n{marker}'alice' (reviewer) in /work. Be brief."
+    expected = "alice" if label == "{name}" else label
+    assert agent_of({"system": system, "messages": []}) == expected
+    assert agent_of({"system": [{"type": "text", "text": system}], "messages": []}) == expected
+    assert agent_of({"system": "You are a coding agent.", "messages": []}) == "lead"
