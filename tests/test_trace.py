@@ -1,6 +1,7 @@
 """--trace: every step writes one self-contained page of what the model saw, and a real browser
-reads it. With a key, the page is recorded through offline.py's forwarding proxy; here the
-"real" endpoint is a second local stand-in, so the figures on the page can be checked against it.
+reads it. With a key, the page is recorded through the forwarding proxy (offline/proxy.py); in
+these tests the "real" endpoint is a second local stand-in (or a small local server), so what
+the page shows can be checked against what it answered.
 
 The browser is Chromium, headless (`.ci/run` installs Debian's package). Without it these
 checks skip, unless REQUIRE_BROWSER=1 says a browser must be there (CI sets it).
@@ -448,6 +449,50 @@ def test_a_recorded_s01_page_shows_no_mail_or_board_of_other_sessions(run_step, 
     assert done.returncode == 0, done.stderr
     text = (workdir / "s01.html").read_text(encoding="utf-8")
     assert "mail of an s09 session" not in text and "a task of an s07 session" not in text
+
+
+def test_the_proxy_records_a_chunked_answer_when_it_ends_not_when_the_upstream_hangs_up():
+    """An upstream that keeps the connection open after its last chunk (it should close it:
+    the proxy asks for Connection: close) must not hold the recording back."""
+    body, release = event_stream(), threading.Event()
+
+    class Lingering(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for at in range(0, len(body), 100):
+                piece = body[at:at + 100]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
+            release.wait(10)  # then it closes, as asked
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Lingering)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
+                     daemon=True).start()
+    try:
+        with ForwardingProxy(f"http://127.0.0.1:{server.server_address[1]}") as proxy:
+            host, port = proxy.url.removeprefix("http://").split(":")
+            conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            conn.request("POST", "/v1/messages", json.dumps({"model": "m", "messages": []}),
+                         {"X-Api-Key": "k", "Content-Type": "application/json"})
+            assert conn.getresponse().read() == body
+            assert proxy.settle(timeout=5), "the recording waited for the upstream to hang up"
+            assert proxy.calls[0]["reply"]["content"] == STREAMED["content"]
+            release.set()
+            conn.close()
+    finally:
+        release.set()
+        server.shutdown()
+        server.server_close()
 
 
 # -- Who sent a request: one table of system-prompt markers -----------------------------------

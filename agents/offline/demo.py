@@ -186,7 +186,7 @@ def run_traced(script_path: str, trace: str | None, argv: list[str]) -> int:
             sys.argv = saved_argv
             os.environ.clear()
             os.environ.update(saved_env)
-            proxy.settle()  # the last reply is recorded just after the step has it
+            proxy.settle(10)  # the last reply is recorded just after the step has it
             written = save_trace(page, proxy.calls, Path.cwd(), title=f"{script.stem} (recorded)",
                                  **session_folders(namespace))
             if written:

@@ -121,10 +121,12 @@ class ForwardingProxy:
                 blocks = []
                 try:
                     self.end_headers()
-                    if answer.chunked:  # passed on as it comes, chunks as sent, until the close
+                    if answer.chunked:  # passed on as it comes, chunks as sent, to its last chunk
                         while block := answer.fp.read1(65536):
                             self.wfile.write(block)
                             blocks.append(block)
+                            if block.endswith(b"0\r\n\r\n") and chunked_whole(b"".join(blocks)):
+                                break  # (the upstream should close now; it need not be waited for)
                         body = b"".join(blocks)
                         if not chunked_whole(body):
                             raise ConnectionError("the upstream closed in the middle of its answer")
