@@ -495,6 +495,44 @@ def test_the_proxy_records_a_chunked_answer_when_it_ends_not_when_the_upstream_h
         server.server_close()
 
 
+def test_the_proxy_keeps_the_calls_in_the_order_they_were_made(standin, monkeypatch):
+    """A reply is recorded just after the client has it, so the next call can be recorded
+    first; the page must still show the calls in the order the step made them."""
+    import offline.proxy
+
+    first_held, second_recorded, real = threading.Event(), threading.Event(), offline.proxy.rebuild
+
+    def slow_first(body, kind=None):  # the first reply's recording waits for the second's
+        if not first_held.is_set():
+            first_held.set()
+            second_recorded.wait(10)
+        return real(body, kind)
+
+    class Calls(list):
+        def append(self, item):
+            super().append(item)
+            second_recorded.set()
+
+        def insert(self, at, item):
+            super().insert(at, item)
+            second_recorded.set()
+
+    monkeypatch.setattr(offline.proxy, "rebuild", slow_first)
+    standin.policy = lambda request: ["ok"]
+    with ForwardingProxy(standin.url) as proxy:
+        proxy.calls = Calls()
+        host, port = proxy.url.removeprefix("http://").split(":")
+        for said in ("first", "second"):
+            conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            ask = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": said}]}
+            conn.request("POST", "/v1/messages", json.dumps(ask),
+                         {"X-Api-Key": "k", "Content-Type": "application/json"})
+            assert conn.getresponse().read()
+            conn.close()
+        assert proxy.settle()
+    assert [c["request"]["messages"][0]["content"] for c in proxy.calls] == ["first", "second"]
+
+
 # -- Who sent a request: one table of system-prompt markers -----------------------------------
 @pytest.mark.parametrize("marker", sorted(AGENT_LABELS))
 def test_each_panel_label_comes_from_a_marker_its_steps_really_send(marker):

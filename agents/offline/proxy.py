@@ -3,7 +3,9 @@ answer back as it comes, and records each model call, its reply rebuilt from its
 
 from __future__ import annotations
 
+import bisect
 import http.client
+import itertools
 import json
 import re
 import ssl
@@ -41,6 +43,8 @@ class ForwardingProxy:
         self._parts, self.kept = parts, Interner()  # the calls' requests share their messages
         self._busy, self._handling = threading.Condition(), 0  # requests being relayed or recorded
         self.notes: list[str] = []  # answers that were not recorded, and why
+        self._turns: list[int] = []  # for each recorded call, when its request came (in order)
+        self._sent = itertools.count()
 
     def connect(self) -> http.client.HTTPConnection:
         """A connection to the upstream's host, and no other: nothing in a request can change it."""
@@ -73,6 +77,7 @@ class ForwardingProxy:
 
             def forward(self):
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.turn = proxy.take_turn()  # where its call goes on the page: the order sent
                 target = proxy.target(self.path)
                 if target is None:
                     return self.refuse(400, "the request-target must be a path starting with '/'")
@@ -153,7 +158,9 @@ class ForwardingProxy:
                     return proxy.note(f"a 200 answer that is not a Messages API reply "
                                       f"({kind or 'no Content-Type'}): {preview!r}")
                 with proxy._lock:
-                    proxy.calls.append({"request": request, "reply": reply, "at": time.time()})
+                    at = bisect.bisect(proxy._turns, self.turn)  # after the calls sent before it
+                    proxy._turns.insert(at, self.turn)
+                    proxy.calls.insert(at, {"request": request, "reply": reply, "at": time.time()})
 
             def refuse(self, status: int, message: str, kind="invalid_request_error") -> None:
                 error = {"type": kind, "message": f"--trace proxy: {message}"}
@@ -183,6 +190,10 @@ class ForwardingProxy:
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://{host}:{port}"
+
+    def take_turn(self) -> int:
+        with self._lock:
+            return next(self._sent)
 
     def note(self, problem: str) -> None:
         """Something the page will not show (an answer not recorded): told once, at the end."""
