@@ -1,6 +1,6 @@
 """Shared test fixtures: the local Messages API and two ways to run a step.
 
-- `standin`: a fresh stand-in server per test (agents/offline.py). Script it with
+- `standin`: a fresh stand-in server per test (agents/offline/). Script it with
   `standin.policy = ScriptedModel([...])`; inspect `standin.requests` / `standin.rejected`.
 - `run_step(name, stdin)`: the script as a learner runs it - a subprocess whose
   ANTHROPIC_BASE_URL is the stand-in - in a fresh working folder.
