@@ -355,9 +355,9 @@ def test_a_stream_that_breaks_off_upstream_breaks_off_for_the_step_without_a_tra
         run_step, standin, workdir):
     standin.policy = ScriptedModel([["This reply is long enough to be cut off in the middle."]])
     standin.fail_next("stream_drop")
-    done = run_step("s01_agent_loop", "hello\n", args=["--trace", "drop.html"])
+    done = run_step("s02_tool_use", "hello\n", args=["--trace", "drop.html"])  # s02 streams
     assert done.returncode == 0 and done.stderr == "", done.stderr
-    assert "API error" in done.stdout  # the step saw its answer end too soon, as without --trace
+    assert "[APIError: not a valid reply" in done.stdout  # it ended too soon, as without --trace
     [said] = [line for line in done.stdout.splitlines() if "not recorded" in line]
     assert "an answer that broke off" in said
 
