@@ -11,26 +11,43 @@ import pytest
 
 from offline import QUIRKS, ScriptedModel, estimate_tokens, reply, tool_use, validate_request
 
-TOOLS = [{"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}]
+TOOLS = [
+    {"name": "bash", "description": "run", "input_schema": {"type": "object", "properties": {}}}
+]
 
 
 def good_request() -> dict:
     """A valid request with a finished tool exchange, the shape every rule below breaks."""
     return {
-        "model": "m", "max_tokens": 100, "system": "be brief", "tools": copy.deepcopy(TOOLS),
+        "model": "m",
+        "max_tokens": 100,
+        "system": "be brief",
+        "tools": copy.deepcopy(TOOLS),
         "messages": [
             {"role": "user", "content": "list files"},
-            {"role": "assistant", "content": [{"type": "text", "text": "ok"},
-                                              {"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "a.txt"},
-                                         {"type": "text", "text": "thanks"}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "ok"},
+                    {"type": "tool_use", "id": "t1", "name": "bash", "input": {}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "t1", "content": "a.txt"},
+                    {"type": "text", "text": "thanks"},
+                ],
+            },
         ],
     }
 
 
 def post(server, body, path="/v1/messages", headers=None):
     headers = {"Content-Type": "application/json", "X-Api-Key": "k"} if headers is None else headers
-    request = urllib.request.Request(server.url + path, data=json.dumps(body).encode(), headers=headers)
+    request = urllib.request.Request(
+        server.url + path, data=json.dumps(body).encode(), headers=headers
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as reply:
             return reply.status, json.loads(reply.read())
@@ -58,26 +75,55 @@ BAD = {
     "5.1 messages empty": lambda b: b.update(messages=[]),
     "5.1 messages missing": lambda b: b.pop("messages"),
     "5.2 system role in messages": lambda b: msgs(b).insert(0, {"role": "system", "content": "x"}),
-    "5.2 first message assistant": lambda b: msgs(b).insert(0, {"role": "assistant", "content": "hi"}),
-    "5.2 last message assistant (prefill)": lambda b: msgs(b).append({"role": "assistant", "content": "so"}),
+    "5.2 first message assistant": lambda b: msgs(b).insert(
+        0, {"role": "assistant", "content": "hi"}
+    ),
+    "5.2 last message assistant (prefill)": lambda b: msgs(b).append(
+        {"role": "assistant", "content": "so"}
+    ),
     "5.3 empty string content": lambda b: msgs(b)[0].update(content=""),
     "5.3 empty block list": lambda b: msgs(b)[0].update(content=[]),
-    "5.3 empty text block": lambda b: msgs(b)[2]["content"].__setitem__(1, {"type": "text", "text": ""}),
-    "5.3 whitespace text block": lambda b: msgs(b)[2]["content"].__setitem__(1, {"type": "text", "text": " \n"}),
+    "5.3 empty text block": lambda b: msgs(b)[2]["content"].__setitem__(
+        1, {"type": "text", "text": ""}
+    ),
+    "5.3 whitespace text block": lambda b: msgs(b)[2]["content"].__setitem__(
+        1, {"type": "text", "text": " \n"}
+    ),
     "5.3 tool_use in user message": lambda b: msgs(b)[0].update(
-        content=[{"type": "tool_use", "id": "x", "name": "bash", "input": {}}]),
+        content=[{"type": "tool_use", "id": "x", "name": "bash", "input": {}}]
+    ),
     "5.4 tool_use without result": lambda b: msgs(b)[2]["content"].pop(0),
-    "5.4 result not in next message": lambda b: msgs(b).__setitem__(2, {"role": "user", "content": "hm"}),
+    "5.4 result not in next message": lambda b: msgs(b).__setitem__(
+        2, {"role": "user", "content": "hm"}
+    ),
     "5.4 result after text": lambda b: msgs(b)[2]["content"].reverse(),
     "5.4 result for unknown id": lambda b: msgs(b)[2]["content"].insert(
-        1, {"type": "tool_result", "tool_use_id": "nope", "content": "x"}),
+        1, {"type": "tool_result", "tool_use_id": "nope", "content": "x"}
+    ),
     "5.4 two results for one use": lambda b: msgs(b)[2]["content"].insert(
-        0, {"type": "tool_result", "tool_use_id": "t1", "content": "x"}),
-    "5.4 duplicate tool_use id": lambda b: msgs(b).extend([
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}]),
+        0, {"type": "tool_result", "tool_use_id": "t1", "content": "x"}
+    ),
+    "5.4 duplicate tool_use id": lambda b: msgs(b).extend(
+        [
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}],
+            },
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}],
+            },
+        ]
+    ),
     "5.4 orphan result at start": lambda b: msgs(b).__setitem__(
-        slice(0, 3), [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}]}]),
+        slice(0, 3),
+        [
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "x"}],
+            }
+        ],
+    ),
     "5.5 bad tool name": lambda b: b["tools"][0].update(name="run bash!"),
     "5.5 tool name too long": lambda b: b["tools"][0].update(name="x" * 65),
     "5.5 duplicate tool names": lambda b: b["tools"].append(copy.deepcopy(TOOLS[0])),
@@ -89,13 +135,18 @@ BAD = {
 GOOD = {
     "string content": lambda b: None,
     "system as blocks": lambda b: b.update(system=[{"type": "text", "text": "be brief"}]),
-    "no system, no tools, plain chat": lambda b: b.update(messages=[{"role": "user", "content": "hi"}], tools=[]),
+    "no system, no tools, plain chat": lambda b: b.update(
+        messages=[{"role": "user", "content": "hi"}], tools=[]
+    ),
     "tool name with dash and 64 chars": lambda b: b["tools"].append(
-        {"name": "a-" + "b" * 62, "input_schema": {"type": "object"}}),
+        {"name": "a-" + "b" * 62, "input_schema": {"type": "object"}}
+    ),
     "several results then text": lambda b: (
         msgs(b)[1]["content"].append({"type": "tool_use", "id": "t2", "name": "bash", "input": {}}),
-        msgs(b)[2]["content"].insert(1, {"type": "tool_result", "tool_use_id": "t2", "content": "b",
-                                         "is_error": True})),
+        msgs(b)[2]["content"].insert(
+            1, {"type": "tool_result", "tool_use_id": "t2", "content": "b", "is_error": True}
+        ),
+    ),
     "consecutive user turns": lambda b: msgs(b).append({"role": "user", "content": "and more"}),
 }
 
@@ -123,7 +174,9 @@ def test_reply_has_the_real_shape_and_sdk_parses_it(standin):
     standin.policy = ScriptedModel([["thinking...", tool_use("bash", {"command": "ls"})]])
     client = anthropic.Anthropic(api_key="k", base_url=standin.url)
     body = good_request()
-    reply = client.messages.create(model="m", max_tokens=100, messages=body["messages"], tools=TOOLS)
+    reply = client.messages.create(
+        model="m", max_tokens=100, messages=body["messages"], tools=TOOLS
+    )
     assert reply.type == "message" and reply.model == "m" and reply.stop_reason == "tool_use"
     assert reply.content[0].text == "thinking..."
     assert reply.content[1].name == "bash" and reply.content[1].id.startswith("toolu_")
@@ -142,14 +195,20 @@ def test_tool_use_ids_are_unique_across_replies(standin):
 def test_count_tokens_matches_usage_and_grows_with_input(standin):
     client = anthropic.Anthropic(api_key="k", base_url=standin.url)
     short = client.messages.count_tokens(model="m", messages=[{"role": "user", "content": "hi"}])
-    long = client.messages.count_tokens(model="m", messages=[{"role": "user", "content": "hi " * 400}])
+    long = client.messages.count_tokens(
+        model="m", messages=[{"role": "user", "content": "hi " * 400}]
+    )
     assert short.input_tokens == estimate_tokens({"messages": [{"role": "user", "content": "hi"}]})
     assert long.input_tokens > short.input_tokens + 250
 
 
 def test_bearer_token_and_query_string_accepted(standin):
-    status, _ = post(standin, good_request(), path="/v1/messages?beta=true",
-                     headers={"Content-Type": "application/json", "Authorization": "Bearer t"})
+    status, _ = post(
+        standin,
+        good_request(),
+        path="/v1/messages?beta=true",
+        headers={"Content-Type": "application/json", "Authorization": "Bearer t"},
+    )
     assert status == 200
 
 
@@ -158,7 +217,9 @@ def test_missing_credentials_is_401(standin):
     assert status == 401 and reply["error"]["type"] == "authentication_error"
 
 
-@pytest.mark.parametrize("status,kind", [(429, "rate_limit_error"), (500, "api_error"), (529, "overloaded_error")])
+@pytest.mark.parametrize(
+    "status,kind", [(429, "rate_limit_error"), (500, "api_error"), (529, "overloaded_error")]
+)
 def test_fault_injection_answers_once_then_recovers(standin, status, kind):
     standin.fail_next(status)
     first, reply = post(standin, good_request())
@@ -174,8 +235,11 @@ def test_broken_policy_is_a_loud_500(standin):
 
 # -- Streaming: the real event sequence, which the SDK's helper accumulates -------------
 def stream_events(server, body) -> list:
-    request = urllib.request.Request(server.url + "/v1/messages", data=json.dumps({**body, "stream": True}).encode(),
-                                     headers={"Content-Type": "application/json", "X-Api-Key": "k"})
+    request = urllib.request.Request(
+        server.url + "/v1/messages",
+        data=json.dumps({**body, "stream": True}).encode(),
+        headers={"Content-Type": "application/json", "X-Api-Key": "k"},
+    )
     with urllib.request.urlopen(request, timeout=10) as answer:
         assert answer.headers["Content-Type"] == "text/event-stream"
         frames = answer.read().decode().strip().split("\n\n")
@@ -188,34 +252,62 @@ def stream_events(server, body) -> list:
 
 
 def test_a_stream_has_the_real_event_sequence(standin):
-    standin.policy = ScriptedModel([["Let me look at that for you.", tool_use("bash", {"command": "ls -la"})]])
+    standin.policy = ScriptedModel(
+        [["Let me look at that for you.", tool_use("bash", {"command": "ls -la"})]]
+    )
     kinds = [kind for kind, _ in stream_events(standin, good_request())]
     assert kinds[:3] == ["message_start", "ping", "content_block_start"]
     assert kinds[-2:] == ["message_delta", "message_stop"]
     assert kinds.count("content_block_start") == kinds.count("content_block_stop") == 2
     events = dict(stream_events(standin, good_request()))  # the last event of each kind
-    assert events["message_delta"]["delta"]["stop_reason"] == "end_turn"  # the scripted model ran out
+    assert (
+        events["message_delta"]["delta"]["stop_reason"] == "end_turn"
+    )  # the scripted model ran out
 
 
 def test_the_sdk_stream_helper_rebuilds_the_message(standin):
-    standin.policy = ScriptedModel([["Let me look at that for you, in pieces.",
-                                     tool_use("bash", {"command": "ls -la /tmp && echo done"})]])
+    standin.policy = ScriptedModel(
+        [
+            [
+                "Let me look at that for you, in pieces.",
+                tool_use("bash", {"command": "ls -la /tmp && echo done"}),
+            ]
+        ]
+    )
     client = anthropic.Anthropic(api_key="k", base_url=standin.url)
-    with client.messages.stream(model="m", max_tokens=100, messages=good_request()["messages"], tools=TOOLS) as stream:
+    with client.messages.stream(
+        model="m", max_tokens=100, messages=good_request()["messages"], tools=TOOLS
+    ) as stream:
         pieces = [event.text for event in stream if event.type == "text"]
         final = stream.get_final_message()
     assert len(pieces) > 1 and "".join(pieces) == "Let me look at that for you, in pieces."
-    assert final.stop_reason == "tool_use" and final.content[1].input == {"command": "ls -la /tmp && echo done"}
+    assert final.stop_reason == "tool_use" and final.content[1].input == {
+        "command": "ls -la /tmp && echo done"
+    }
     assert final.usage.input_tokens == estimate_tokens(standin.requests[0])
 
 
-@pytest.mark.parametrize("turn,stop,content", [
-    (reply([]), "end_turn", []),
-    (reply(["I can't help with that."], "refusal", {"type": "refusal", "category": "cyber", "explanation": "no"}),
-     "refusal", ["I can't help with that."]),
-    (reply(["Searching"], "pause_turn"), "pause_turn", ["Searching"]),
-    (reply(["Too long"], "model_context_window_exceeded"), "model_context_window_exceeded", ["Too long"]),
-])
+@pytest.mark.parametrize(
+    "turn,stop,content",
+    [
+        (reply([]), "end_turn", []),
+        (
+            reply(
+                ["I can't help with that."],
+                "refusal",
+                {"type": "refusal", "category": "cyber", "explanation": "no"},
+            ),
+            "refusal",
+            ["I can't help with that."],
+        ),
+        (reply(["Searching"], "pause_turn"), "pause_turn", ["Searching"]),
+        (
+            reply(["Too long"], "model_context_window_exceeded"),
+            "model_context_window_exceeded",
+            ["Too long"],
+        ),
+    ],
+)
 def test_replies_a_real_model_also_sends(standin, turn, stop, content):
     standin.policy = ScriptedModel([turn])
     status, message = post(standin, good_request())
@@ -226,9 +318,14 @@ def test_replies_a_real_model_also_sends(standin, turn, stop, content):
 
 
 def test_max_tokens_cuts_a_tool_call_in_the_middle_of_its_input(standin):
-    standin.policy = ScriptedModel([reply([tool_use("bash", {"command": "echo " + "a" * 200})], "max_tokens")])
-    partial = "".join(event["delta"]["partial_json"] for kind, event in stream_events(standin, good_request())
-                      if kind == "content_block_delta")
+    standin.policy = ScriptedModel(
+        [reply([tool_use("bash", {"command": "echo " + "a" * 200})], "max_tokens")]
+    )
+    partial = "".join(
+        event["delta"]["partial_json"]
+        for kind, event in stream_events(standin, good_request())
+        if kind == "content_block_delta"
+    )
     with pytest.raises(ValueError):
         json.loads(partial)  # the input never finished
     assert partial.startswith('{"command":"echo aaa')
@@ -239,13 +336,19 @@ def test_faults_mid_stream_and_malformed_replies(standin):
     standin.policy = lambda request: ["a reply long enough to be cut in the middle of its stream"]
     standin.fail_next("stream_error")
     with pytest.raises(anthropic.APIStatusError, match="Overloaded"):
-        with client.messages.stream(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]) as s:
+        with client.messages.stream(
+            model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+        ) as s:
             s.get_final_message()
     for fault in ("html", "truncated", "no_content"):
         standin.fail_next(fault)
-        body = urllib.request.urlopen(urllib.request.Request(
-            standin.url + "/v1/messages", data=json.dumps(good_request()).encode(),
-            headers={"Content-Type": "application/json", "X-Api-Key": "k"})).read()
+        body = urllib.request.urlopen(
+            urllib.request.Request(
+                standin.url + "/v1/messages",
+                data=json.dumps(good_request()).encode(),
+                headers={"Content-Type": "application/json", "X-Api-Key": "k"},
+            )
+        ).read()
         with pytest.raises((ValueError, KeyError, AssertionError)):
             assert json.loads(body)["content"] is not None
 
@@ -255,9 +358,18 @@ def cached(server, body) -> dict:
     status, message = post(server, {**body, "cache_control": {"type": "ephemeral"}})
     assert status == 200, message
     usage = message["usage"]
-    assert usage["input_tokens"] + usage["cache_read_input_tokens"] + usage["cache_creation_input_tokens"] \
-        == estimate_tokens({**body, "cache_control": {"type": "ephemeral"}})  # the three always add up
-    assert min(usage[key] for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")) >= 0
+    assert usage["input_tokens"] + usage["cache_read_input_tokens"] + usage[
+        "cache_creation_input_tokens"
+    ] == estimate_tokens(
+        {**body, "cache_control": {"type": "ephemeral"}}
+    )  # the three always add up
+    assert (
+        min(
+            usage[key]
+            for key in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+        )
+        >= 0
+    )
     return usage
 
 
@@ -282,14 +394,30 @@ def test_many_small_blocks_never_outweigh_the_request(standin):
     """Six parallel tool results in one message, and many short string turns: the cached parts
     are weighed as they appear in the request, so no figure goes negative (one did, in a trace)."""
     body = long_request()
-    body["messages"] = [{"role": "user", "content": "go"}, {"role": "assistant", "content": [
-        {"type": "tool_use", "id": f"toolu_{n}", "name": "bash", "input": {}} for n in range(6)]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": "ok"}
-                                     for n in range(6)]}]
+    body["messages"] = [
+        {"role": "user", "content": "go"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": f"toolu_{n}", "name": "bash", "input": {}}
+                for n in range(6)
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": f"toolu_{n}", "content": "ok"}
+                for n in range(6)
+            ],
+        },
+    ]
     body["tools"] = [{"name": "bash", "input_schema": {"type": "object"}}]
     cached(standin, body)
     for n in range(60):
-        body["messages"] += [{"role": "assistant", "content": "k"}, {"role": "user", "content": str(n)}]
+        body["messages"] += [
+            {"role": "assistant", "content": "k"},
+            {"role": "user", "content": str(n)},
+        ]
     assert cached(standin, body)["cache_read_input_tokens"] > 1024
 
 
@@ -298,12 +426,17 @@ def test_an_edit_in_old_history_makes_the_rest_a_cache_write(standin):
     to the longest earlier request the new one still repeats exactly."""
     body = long_request()
     first = cached(standin, body)
-    body["messages"] += [{"role": "assistant", "content": "noted"}, {"role": "user", "content": "x " * 200}]
+    body["messages"] += [
+        {"role": "assistant", "content": "noted"},
+        {"role": "user", "content": "x " * 200},
+    ]
     cached(standin, body)
     body["messages"][-1]["content"] = "y " * 200  # edit the newest block
     after = cached(standin, body)
     assert after["cache_read_input_tokens"] == first["cache_creation_input_tokens"]
-    assert after["cache_creation_input_tokens"] > 100  # everything after the first request is written again
+    assert (
+        after["cache_creation_input_tokens"] > 100
+    )  # everything after the first request is written again
     body["system"] += " And brief."  # change the system prompt: nothing after it matches
     assert cached(standin, body)["cache_read_input_tokens"] == 0
 
@@ -312,7 +445,11 @@ def test_short_prompts_and_requests_without_cache_control_are_not_cached(standin
     small = good_request()
     assert cached(standin, small)["cache_creation_input_tokens"] == 0  # under the minimum length
     status, message = post(standin, long_request())
-    assert message["usage"]["cache_creation_input_tokens"] == message["usage"]["cache_read_input_tokens"] == 0
+    assert (
+        message["usage"]["cache_creation_input_tokens"]
+        == message["usage"]["cache_read_input_tokens"]
+        == 0
+    )
 
 
 def test_cache_entries_expire_after_their_lifetime_unless_used(standin):
@@ -328,17 +465,32 @@ def test_cache_entries_expire_after_their_lifetime_unless_used(standin):
 
 
 # -- The quirks catalogue ----------------------------------------------------------------
-NAIVE_REJECTED = {"whitespace_text", "empty_text", "duplicate_ids", "odd_id", "string_input",
-                  "list_input", "null_input", "missing_name", "empty_name", "unknown_block",
-                  "whitespace_only"}
+NAIVE_REJECTED = {
+    "whitespace_text",
+    "empty_text",
+    "duplicate_ids",
+    "odd_id",
+    "string_input",
+    "list_input",
+    "null_input",
+    "missing_name",
+    "empty_name",
+    "unknown_block",
+    "whitespace_only",
+}
 
 
 def naive_history(message: dict) -> list:
     """The reply stored as it came, each call answered: what a naive harness sends next."""
     calls = [b for b in message["content"] if b.get("type") == "tool_use"]
-    answers = [{"type": "tool_result", "tool_use_id": str(b.get("id")), "content": "ok"} for b in calls]
-    return [{"role": "user", "content": "go"}, {"role": "assistant", "content": message["content"]},
-            {"role": "user", "content": answers or "next"}]
+    answers = [
+        {"type": "tool_result", "tool_use_id": str(b.get("id")), "content": "ok"} for b in calls
+    ]
+    return [
+        {"role": "user", "content": "go"},
+        {"role": "assistant", "content": message["content"]},
+        {"role": "user", "content": answers or "next"},
+    ]
 
 
 @pytest.mark.parametrize("streamed", [True, False])

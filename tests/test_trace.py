@@ -22,14 +22,33 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from conftest import AGENTS, STEPS
-from offline import (AGENT_LABELS, ForwardingProxy, Reply, ScriptedModel, agent_of, make_message,
-                     rebuild, reply, sse_events, tool_use, write_trace)
+from offline import (
+    AGENT_LABELS,
+    ForwardingProxy,
+    Reply,
+    ScriptedModel,
+    agent_of,
+    make_message,
+    rebuild,
+    reply,
+    sse_events,
+    tool_use,
+    write_trace,
+)
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-needs_browser = pytest.mark.skipif(not CHROMIUM and os.getenv("REQUIRE_BROWSER") != "1",
-                                   reason="no Chromium here (CI installs it)")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-         "--disable-component-update", "--disable-sync"]
+needs_browser = pytest.mark.skipif(
+    not CHROMIUM and os.getenv("REQUIRE_BROWSER") != "1", reason="no Chromium here (CI installs it)"
+)
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--no-first-run",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 class Page(html.parser.HTMLParser):
@@ -72,12 +91,26 @@ class Page(html.parser.HTMLParser):
 def in_browser(page, tmp_path):
     """The DOM after Chromium loaded the page from disk, and a screenshot of it."""
     profile = tmp_path / "chromium-profile"
-    dom = subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
-                         capture_output=True, text=True, timeout=60)
+    dom = subprocess.run(
+        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert dom.returncode == 0 and "<section" in dom.stdout, dom.stderr[-2000:]
     shot = tmp_path / f"{page.stem}.png"
-    subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1100,2400",
-                    page.as_uri()], capture_output=True, timeout=60)
+    subprocess.run(
+        [
+            CHROMIUM,
+            *FLAGS,
+            f"--user-data-dir={profile}",
+            f"--screenshot={shot}",
+            "--window-size=1100,2400",
+            page.as_uri(),
+        ],
+        capture_output=True,
+        timeout=60,
+    )
     assert shot.exists() and shot.stat().st_size > 10_000
     return Page(dom.stdout)
 
@@ -89,7 +122,9 @@ def test_every_demo_writes_a_self_contained_page(offline_demo, step):
     text = demo.trace.read_text(encoding="utf-8")
     calls = int(re.search(r"\[offline demo\] (\d+) model calls", demo.done.stdout).group(1))
     assert text.count('<section class="call"') == calls  # one panel per model call
-    assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), "no network: nothing loaded from elsewhere"
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), (
+        "no network: nothing loaded from elsewhere"
+    )
     assert "<script" not in text  # plain HTML and CSS: it opens from disk anywhere
     assert 'data-value="-' not in text, "no token figure is negative"
     mail = step in ("s09_team", "s11_autonomous")  # the steps with a session mailbox
@@ -103,39 +138,73 @@ def test_a_browser_reads_the_demo_pages(offline_demo, tmp_path, step):
     page = in_browser(demo.trace, tmp_path)
     calls = int(re.search(r"\[offline demo\] (\d+) model calls", demo.done.stdout).group(1))
     assert len(page.panels) == calls
-    assert all(p["call"] == p["id"] and p["result"] for p in page.pairs), "every result sits beside its call"
-    unanswered = [(agent, i) for agent, i in page.reply_calls if i not in {p["id"] for p in page.pairs}]
-    if step == "s11_autonomous":  # carol is killed with SIGKILL in the middle of a job: her last call never returns
+    assert all(p["call"] == p["id"] and p["result"] for p in page.pairs), (
+        "every result sits beside its call"
+    )
+    unanswered = [
+        (agent, i) for agent, i in page.reply_calls if i not in {p["id"] for p in page.pairs}
+    ]
+    if (
+        step == "s11_autonomous"
+    ):  # carol is killed with SIGKILL in the middle of a job: her last call never returns
         unanswered = [(agent, i) for agent, i in unanswered if agent != "carol"]
     assert not unanswered, f"tool calls never answered: {unanswered}"
     words = " ".join(page.texts)
     if step == "s06_compact":
-        assert "old results cleared by micro compaction" in words and "summarised by a compaction" in words
+        assert (
+            "old results cleared by micro compaction" in words
+            and "summarised by a compaction" in words
+        )
     if step == "s09_team":
-        assert "Mailbox traffic" in words and {p["agent"] for p in page.panels} >= {"lead", "reviewer", "builder"}
+        assert "Mailbox traffic" in words and {p["agent"] for p in page.panels} >= {
+            "lead",
+            "reviewer",
+            "builder",
+        }
     if step == "s11_autonomous":
-        assert {"alice", "bob", "carol"} <= {p["agent"] for p in page.panels}  # the worker processes' calls too
-        assert "carol had it and stopped renewing its lease" in words  # the takeover, as the taker's model saw it
+        assert {"alice", "bob", "carol"} <= {
+            p["agent"] for p in page.panels
+        }  # the worker processes' calls too
+        assert (
+            "carol had it and stopped renewing its lease" in words
+        )  # the takeover, as the taker's model saw it
         assert "The task board at the end" in words and words.count("completed") >= 6
 
 
 @needs_browser
 def test_a_real_session_is_recorded_through_the_proxy(run_step, standin, workdir, tmp_path):
     """With a key, --trace records through a local proxy; the upstream here is a second stand-in."""
-    standin.policy = ScriptedModel([
-        ["Let me look.", tool_use("bash", {"command": "echo traced"}), tool_use("read_file", {"path": "none.txt"})],
-        reply(["Done: bash printed traced, and none.txt does not exist."]),
-    ])
+    standin.policy = ScriptedModel(
+        [
+            [
+                "Let me look.",
+                tool_use("bash", {"command": "echo traced"}),
+                tool_use("read_file", {"path": "none.txt"}),
+            ],
+            reply(["Done: bash printed traced, and none.txt does not exist."]),
+        ]
+    )
     done = run_step("s01_agent_loop", "check it\n", args=["--trace", "real.html"])
     assert done.returncode == 0, done.stderr
-    assert "Done: bash printed traced" in done.stdout and "[trace] 2 model calls written to real.html" in done.stdout
-    assert len(standin.requests) == 2 and standin.rejected == []  # everything reached the real endpoint
+    assert (
+        "Done: bash printed traced" in done.stdout
+        and "[trace] 2 model calls written to real.html" in done.stdout
+    )
+    assert (
+        len(standin.requests) == 2 and standin.rejected == []
+    )  # everything reached the real endpoint
     page = in_browser(workdir / "real.html", tmp_path)
     assert len(page.panels) == 2
-    for panel, call in zip(page.panels, standin.calls):  # the figures are what the endpoint answered
+    for panel, call in zip(
+        page.panels, standin.calls
+    ):  # the figures are what the endpoint answered
         usage = call["reply"]["usage"]
-        assert panel["tokens"] == {"input": usage["input_tokens"], "cache-read": usage["cache_read_input_tokens"],
-                                   "cache-write": usage["cache_creation_input_tokens"], "output": usage["output_tokens"]}
+        assert panel["tokens"] == {
+            "input": usage["input_tokens"],
+            "cache-read": usage["cache_read_input_tokens"],
+            "cache-write": usage["cache_creation_input_tokens"],
+            "output": usage["output_tokens"],
+        }
     assert len(page.pairs) == 2 and all(p["result"] for p in page.pairs)
     assert "traced" in " ".join(page.texts)
 
@@ -152,8 +221,12 @@ def local_server(answer):
 
         def do_POST(self):
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            request = {"method": self.command, "path": self.path, "headers": dict(self.headers),
-                       "body": body}
+            request = {
+                "method": self.command,
+                "path": self.path,
+                "headers": dict(self.headers),
+                "body": body,
+            }
             seen.append(request)
             status, headers, data = answer(request)
             self.send_response(status)
@@ -171,8 +244,9 @@ def local_server(answer):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     server.seen, server.url = seen, f"http://127.0.0.1:{server.server_address[1]}"
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                     daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     try:
         yield server
     finally:
@@ -184,9 +258,12 @@ def send_raw(url: str, request_line: str, body: bytes = b"{}") -> bytes:
     """Send one request exactly as written (any request-target) and return the raw answer."""
     host, port = url.removeprefix("http://").split(":")
     with socket.create_connection((host, int(port)), timeout=10) as conn:
-        conn.sendall(f"{request_line}\r\nHost: {host}\r\nX-Api-Key: secret-key\r\n"
-                     f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
-                     "Connection: close\r\n\r\n".encode() + body)
+        conn.sendall(
+            f"{request_line}\r\nHost: {host}\r\nX-Api-Key: secret-key\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n".encode()
+            + body
+        )
         answer = b""
         while chunk := conn.recv(65536):
             answer += chunk
@@ -194,14 +271,27 @@ def send_raw(url: str, request_line: str, body: bytes = b"{}") -> bytes:
 
 
 def test_the_proxy_hands_a_redirect_back_as_it_came_and_never_follows_it():
-    moved = lambda request: (302, [("Location", f"{elsewhere.url}/v1/messages"),  # noqa: E731
-                                   ("X-Upstream", "moved")], b"moved elsewhere")
-    with local_server(lambda request: (200, [], b'{"type": "message"}')) as elsewhere, \
-            local_server(moved) as upstream, ForwardingProxy(upstream.url + "/api") as proxy:
+    moved = lambda request: (
+        302,
+        [
+            ("Location", f"{elsewhere.url}/v1/messages"),  # noqa: E731
+            ("X-Upstream", "moved"),
+        ],
+        b"moved elsewhere",
+    )
+    with (
+        local_server(lambda request: (200, [], b'{"type": "message"}')) as elsewhere,
+        local_server(moved) as upstream,
+        ForwardingProxy(upstream.url + "/api") as proxy,
+    ):
         host, port = proxy.url.removeprefix("http://").split(":")
         conn = http.client.HTTPConnection(host, int(port), timeout=10)
-        conn.request("POST", "/v1/messages", json.dumps({"model": "m"}),
-                     {"X-Api-Key": "secret-key", "Content-Type": "application/json"})
+        conn.request(
+            "POST",
+            "/v1/messages",
+            json.dumps({"model": "m"}),
+            {"X-Api-Key": "secret-key", "Content-Type": "application/json"},
+        )
         answer = conn.getresponse()
         assert answer.status == 302 and answer.getheader("X-Upstream") == "moved"
         assert answer.getheader("Location") == f"{elsewhere.url}/v1/messages"
@@ -213,9 +303,15 @@ def test_the_proxy_hands_a_redirect_back_as_it_came_and_never_follows_it():
         assert proxy.calls == []
 
 
-@pytest.mark.parametrize("target", ["{rest}/v1/messages", ".evil.example/v1/messages",
-                                    "@127.0.0.1:{port}/v1/messages",
-                                    "http://127.0.0.1:{port}/v1/messages"])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "{rest}/v1/messages",
+        ".evil.example/v1/messages",
+        "@127.0.0.1:{port}/v1/messages",
+        "http://127.0.0.1:{port}/v1/messages",
+    ],
+)
 def test_the_proxy_refuses_a_request_target_that_is_not_a_path(target):
     """The upstream URL is the configured base plus the request's path, nothing else. Here the
     base's port is the first digit of the other server's port: base + "{rest}/v1/messages" would
@@ -230,18 +326,30 @@ def test_the_proxy_refuses_a_request_target_that_is_not_a_path(target):
 
 
 # -- The page is written whatever the endpoint sent, or the run does not start -----------------
-NULLS = dict.fromkeys(["input_tokens", "output_tokens", "cache_read_input_tokens",
-                       "cache_creation_input_tokens"])
+NULLS = dict.fromkeys(
+    ["input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"]
+)
 
 
-@pytest.mark.parametrize("usage, text", [
-    (None, "plain"), (NULLS, "plain"), ({"input_tokens": 12, "output_tokens": None}, "plain"),
-    ("absent", "plain"), ({"input_tokens": 12, "output_tokens": 3}, "half \ud800 a pair")])
+@pytest.mark.parametrize(
+    "usage, text",
+    [
+        (None, "plain"),
+        (NULLS, "plain"),
+        ({"input_tokens": 12, "output_tokens": None}, "plain"),
+        ("absent", "plain"),
+        ({"input_tokens": 12, "output_tokens": 3}, "half \ud800 a pair"),
+    ],
+)
 def test_the_page_is_written_when_usage_is_null_or_the_text_holds_a_lone_surrogate(
-        tmp_path, usage, text):
+    tmp_path, usage, text
+):
     ask = {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
-    answer = {"content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
-              "usage": usage}
+    answer = {
+        "content": [{"type": "text", "text": text}],
+        "stop_reason": "end_turn",
+        "usage": usage,
+    }
     if usage == "absent":
         del answer["usage"]
     page = tmp_path / "odd.html"
@@ -256,7 +364,8 @@ def test_the_page_is_written_when_usage_is_null_or_the_text_holds_a_lone_surroga
 
 
 def test_a_recorded_reply_with_null_usage_and_a_lone_surrogate_still_gives_a_page(
-        run_step, standin, workdir):
+    run_step, standin, workdir
+):
     standin.policy = ScriptedModel([Reply(["half \ud800 a pair"], wire="null_usage")])
     done = run_step("s01_agent_loop", "say it\n", args=["--trace", "odd.html"])
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
@@ -267,7 +376,8 @@ def test_a_recorded_reply_with_null_usage_and_a_lone_surrogate_still_gives_a_pag
 
 @pytest.mark.parametrize("mode", ["offline demo", "recorded"])
 def test_a_trace_folder_that_does_not_exist_stops_the_run_before_it_starts(
-        run_step, standin, workdir, mode):
+    run_step, standin, workdir, mode
+):
     env = {"ANTHROPIC_API_KEY": None} if mode == "offline demo" else {}
     done = run_step("s01_agent_loop", "hello\n", args=["--trace", "missing/run.html"], env=env)
     assert done.returncode == 2
@@ -280,14 +390,28 @@ def reading_session(calls: int, size: int):
     """The requests of an agent that reads one new `size`-character file per call, and replies."""
     history, requests = [{"role": "user", "content": "Read the logs, one at a time."}], []
     for n in range(calls):
-        requests.append({"model": "m", "max_tokens": 100, "tools": [{"name": "read_file",
-                         "input_schema": {"type": "object"}}], "messages": list(history)})
-        call = {"type": "tool_use", "id": f"toolu_{n}", "name": "read_file",
-                "input": {"path": f"{n}.log"}}
+        requests.append(
+            {
+                "model": "m",
+                "max_tokens": 100,
+                "tools": [{"name": "read_file", "input_schema": {"type": "object"}}],
+                "messages": list(history),
+            }
+        )
+        call = {
+            "type": "tool_use",
+            "id": f"toolu_{n}",
+            "name": "read_file",
+            "input": {"path": f"{n}.log"},
+        }
         log = "".join(f"{n:02d}-{i:05d} INFO request served\n" for i in range(size // 26))
-        history += [{"role": "assistant", "content": [call]},
-                    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call["id"],
-                                                  "content": log}]}]
+        history += [
+            {"role": "assistant", "content": [call]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": log}],
+            },
+        ]
     return requests
 
 
@@ -313,8 +437,12 @@ def test_a_recording_keeps_each_message_once(standin):
         host, port = proxy.url.removeprefix("http://").split(":")
         for request in requests:
             conn = http.client.HTTPConnection(host, int(port), timeout=10)
-            conn.request("POST", "/v1/messages", json.dumps({**request, "stream": True}),
-                         {"X-Api-Key": "k", "Content-Type": "application/json"})
+            conn.request(
+                "POST",
+                "/v1/messages",
+                json.dumps({**request, "stream": True}),
+                {"X-Api-Key": "k", "Content-Type": "application/json"},
+            )
             answer = conn.getresponse()
             assert answer.status == 200 and b"message_stop" in answer.read()
             conn.close()
@@ -332,8 +460,12 @@ def test_an_upstream_that_refuses_connections_gives_one_clear_line(run_step, wor
     with socket.socket() as closed:  # bound, never listening: every connection is refused
         closed.bind(("127.0.0.1", 0))
         upstream = f"http://127.0.0.1:{closed.getsockname()[1]}"
-        done = run_step("s01_agent_loop", "hello\n", args=["--trace", "down.html"],
-                        env={"ANTHROPIC_BASE_URL": upstream})
+        done = run_step(
+            "s01_agent_loop",
+            "hello\n",
+            args=["--trace", "down.html"],
+            env={"ANTHROPIC_BASE_URL": upstream},
+        )
     assert done.returncode == 0 and done.stderr == "", done.stderr  # before: 6 tracebacks
     said = [line for line in done.stdout.splitlines() if f"cannot reach {upstream}" in line]
     assert len(said) == 1 and "Connection refused" in said[0], done.stdout
@@ -344,15 +476,20 @@ def test_an_upstream_that_refuses_connections_gives_one_clear_line(run_step, wor
 def test_an_upstream_that_answers_html_gives_one_clear_line(run_step, workdir):
     portal = b"<html><body><h1>Sign in to the hotel wifi</h1></body></html>"
     with local_server(lambda request: (200, [("Content-Type", "text/html")], portal)) as upstream:
-        done = run_step("s01_agent_loop", "hello\n", args=["--trace", "portal.html"],
-                        env={"ANTHROPIC_BASE_URL": upstream.url})
+        done = run_step(
+            "s01_agent_loop",
+            "hello\n",
+            args=["--trace", "portal.html"],
+            env={"ANTHROPIC_BASE_URL": upstream.url},
+        )
     assert done.returncode == 0 and done.stderr == "", done.stderr  # before: a traceback
     [said] = [line for line in done.stdout.splitlines() if "not recorded" in line]
     assert "not a Messages API reply (text/html)" in said and "Sign in to the hotel wifi" in said
 
 
 def test_a_stream_that_breaks_off_upstream_breaks_off_for_the_step_without_a_traceback(
-        run_step, standin, workdir):
+    run_step, standin, workdir
+):
     standin.policy = ScriptedModel([["This reply is long enough to be cut off in the middle."]])
     standin.fail_next("stream_drop")
     done = run_step("s02_tool_use", "hello\n", args=["--trace", "drop.html"])  # s02 streams
@@ -363,9 +500,14 @@ def test_a_stream_that_breaks_off_upstream_breaks_off_for_the_step_without_a_tra
 
 
 # -- Recording a stream: server-sent events as the spec reads them -----------------------------
-STREAMED = make_message({"model": "m"}, ["Hello, this text comes in pieces of 24 characters.",
-                                          tool_use("bash", {"command": "ls -la", "timeout": 5})],
-                        {"input_tokens": 30, "cache_read_input_tokens": 0})
+STREAMED = make_message(
+    {"model": "m"},
+    [
+        "Hello, this text comes in pieces of 24 characters.",
+        tool_use("bash", {"command": "ls -la", "timeout": 5}),
+    ],
+    {"input_tokens": 30, "cache_read_input_tokens": 0},
+)
 
 
 def event_stream(end="\n", space=" ", comments=False, split=False, names=True, ids=False):
@@ -380,11 +522,29 @@ def event_stream(end="\n", space=" ", comments=False, split=False, names=True, i
     return end.join(lines + [""]).encode()
 
 
-@pytest.mark.parametrize("written", [
-    dict(end="\r\n"), dict(end="\r"), dict(space=""), dict(comments=True), dict(split=True),
-    dict(names=False), dict(ids=True), dict(end="\r\n", space="", comments=True, split=True)],
-    ids=["CRLF", "CR", "data: without its space", "comments", "data on several lines",
-         "no event names", "id lines", "all of them"])
+@pytest.mark.parametrize(
+    "written",
+    [
+        dict(end="\r\n"),
+        dict(end="\r"),
+        dict(space=""),
+        dict(comments=True),
+        dict(split=True),
+        dict(names=False),
+        dict(ids=True),
+        dict(end="\r\n", space="", comments=True, split=True),
+    ],
+    ids=[
+        "CRLF",
+        "CR",
+        "data: without its space",
+        "comments",
+        "data on several lines",
+        "no event names",
+        "id lines",
+        "all of them",
+    ],
+)
 def test_a_recorded_stream_is_read_as_the_spec_reads_it(written):
     message = rebuild(event_stream(**written))  # before: an empty reply, or an exception
     assert message["content"] == STREAMED["content"]
@@ -398,21 +558,29 @@ def test_an_event_is_dispatched_on_a_blank_line_only():
     cut = {"type": "message_delta", "delta": {"stop_reason": "max_tokens"}, "usage": {}}
     stream += "event: message_delta\ndata: " + json.dumps(cut)  # no blank line after it
     assert rebuild(stream.encode())["stop_reason"] == "tool_use"
-    one = 'event: message_start\ndata: {"type": "message_start", "message": {"id": "m1",\n' \
-          'data: "content": [], "role": "assistant"}}\n\n'
+    one = (
+        'event: message_start\ndata: {"type": "message_start", "message": {"id": "m1",\n'
+        'data: "content": [], "role": "assistant"}}\n\n'
+    )
     assert rebuild(one.encode()) == {"id": "m1", "content": [], "role": "assistant"}
 
 
 def test_the_proxy_records_a_crlf_stream():
     body = event_stream(end="\r\n", space="")
     headers = [("Content-Type", "text/event-stream")]
-    with local_server(lambda request: (200, headers, body)) as upstream, \
-            ForwardingProxy(upstream.url) as proxy:
+    with (
+        local_server(lambda request: (200, headers, body)) as upstream,
+        ForwardingProxy(upstream.url) as proxy,
+    ):
         host, port = proxy.url.removeprefix("http://").split(":")
         conn = http.client.HTTPConnection(host, int(port), timeout=10)
         ask = {"model": "m", "messages": [], "stream": True}
-        conn.request("POST", "/v1/messages", json.dumps(ask),
-                     {"X-Api-Key": "k", "Content-Type": "application/json"})
+        conn.request(
+            "POST",
+            "/v1/messages",
+            json.dumps(ask),
+            {"X-Api-Key": "k", "Content-Type": "application/json"},
+        )
         assert conn.getresponse().read() == body  # relayed as sent
         conn.close()
         assert proxy.settle()
@@ -424,16 +592,21 @@ def test_the_proxy_records_a_crlf_stream():
 def leave_mail(folder, session: str, content: str) -> None:
     box = folder / ".mailbox" / session
     box.mkdir(parents=True)
-    (box / "lead.jsonl").write_text(json.dumps({"id": "m1", "from": "alice", "to": "lead",
-                                                "kind": "response", "content": content}) + "\n")
+    (box / "lead.jsonl").write_text(
+        json.dumps(
+            {"id": "m1", "from": "alice", "to": "lead", "kind": "response", "content": content}
+        )
+        + "\n"
+    )
 
 
 def test_the_page_shows_the_mail_of_its_own_session_only(tmp_path):
     leave_mail(tmp_path, "20250101-090000-aaaaaa", "mail of an earlier session")
     leave_mail(tmp_path, "20250102-090000-bbbbbb", "mail of this session")
     page = tmp_path / "mail.html"
-    write_trace(page, [], tmp_path, title="mail",
-                mailbox=tmp_path / ".mailbox" / "20250102-090000-bbbbbb")
+    write_trace(
+        page, [], tmp_path, title="mail", mailbox=tmp_path / ".mailbox" / "20250102-090000-bbbbbb"
+    )
     text = page.read_text(encoding="utf-8")
     assert "mail of this session" in text and "mail of an earlier session" not in text
     assert "Mailbox traffic of this session (.mailbox/20250102-090000-bbbbbb)" in text
@@ -442,8 +615,11 @@ def test_the_page_shows_the_mail_of_its_own_session_only(tmp_path):
 def test_a_recorded_s01_page_shows_no_mail_or_board_of_other_sessions(run_step, standin, workdir):
     leave_mail(workdir, "20250101-090000-aaaaaa", "mail of an s09 session")
     (workdir / ".tasks").mkdir()
-    (workdir / ".tasks" / "task_1.json").write_text(json.dumps(
-        {"id": 1, "subject": "a task of an s07 session", "status": "pending", "blockedBy": []}))
+    (workdir / ".tasks" / "task_1.json").write_text(
+        json.dumps(
+            {"id": 1, "subject": "a task of an s07 session", "status": "pending", "blockedBy": []}
+        )
+    )
     standin.policy = ScriptedModel([["Hello."]])
     done = run_step("s01_agent_loop", "hello\n", args=["--trace", "s01.html"])
     assert done.returncode == 0, done.stderr
@@ -466,7 +642,7 @@ def test_the_proxy_records_a_chunked_answer_when_it_ends_not_when_the_upstream_h
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             for at in range(0, len(body), 100):
-                piece = body[at:at + 100]
+                piece = body[at : at + 100]
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
             self.wfile.write(b"0\r\n\r\n")
             release.wait(10)  # then it closes, as asked
@@ -476,14 +652,19 @@ def test_the_proxy_records_a_chunked_answer_when_it_ends_not_when_the_upstream_h
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Lingering)
     server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                     daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     try:
         with ForwardingProxy(f"http://127.0.0.1:{server.server_address[1]}") as proxy:
             host, port = proxy.url.removeprefix("http://").split(":")
             conn = http.client.HTTPConnection(host, int(port), timeout=10)
-            conn.request("POST", "/v1/messages", json.dumps({"model": "m", "messages": []}),
-                         {"X-Api-Key": "k", "Content-Type": "application/json"})
+            conn.request(
+                "POST",
+                "/v1/messages",
+                json.dumps({"model": "m", "messages": []}),
+                {"X-Api-Key": "k", "Content-Type": "application/json"},
+            )
             assert conn.getresponse().read() == body
             assert proxy.settle(timeout=5), "the recording waited for the upstream to hang up"
             assert proxy.calls[0]["reply"]["content"] == STREAMED["content"]
@@ -525,8 +706,12 @@ def test_the_proxy_keeps_the_calls_in_the_order_they_were_made(standin, monkeypa
         for said in ("first", "second"):
             conn = http.client.HTTPConnection(host, int(port), timeout=10)
             ask = {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": said}]}
-            conn.request("POST", "/v1/messages", json.dumps(ask),
-                         {"X-Api-Key": "k", "Content-Type": "application/json"})
+            conn.request(
+                "POST",
+                "/v1/messages",
+                json.dumps(ask),
+                {"X-Api-Key": "k", "Content-Type": "application/json"},
+            )
             assert conn.getresponse().read()
             conn.close()
         assert proxy.settle()

@@ -28,7 +28,10 @@ def policy(request: dict):
     if step == 1:  # a slip a real model makes: a folder that does not exist
         return ["Let me count the lines.", tool_use("bash", {"command": "wc -l src/*.py"})]
     if step == 2:
-        return ["No src folder; the files are right here.", tool_use("bash", {"command": "wc -l *.py"})]
+        return [
+            "No src folder; the files are right here.",
+            tool_use("bash", {"command": "wc -l *.py"}),
+        ]
     counts = [line.split() for line in results[0].splitlines() if line.strip().endswith(".py")]
     longest = max(counts, key=lambda fields: int(fields[0]))
     return [f"{longest[1]} is the longest, with {longest[0]} lines (bash: `wc -l *.py`)."]

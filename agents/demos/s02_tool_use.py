@@ -10,13 +10,17 @@ from pathlib import Path
 
 from offline import latest_results, result_text, steps_since_prompt, tool_use
 
-PROMPTS = ["Read notes.txt, turn it into a checklist in todo.md, mark the first item done, "
-           "and tell me how many lines todo.md has.",
-           "/help"]
+PROMPTS = [
+    "Read notes.txt, turn it into a checklist in todo.md, mark the first item done, "
+    "and tell me how many lines todo.md has.",
+    "/help",
+]
 
 
 def setup(workdir: Path) -> None:
-    (workdir / "notes.txt").write_text("buy milk\ncall the plumber\nwater the plants\n", encoding="utf-8")
+    (workdir / "notes.txt").write_text(
+        "buy milk\ncall the plumber\nwater the plants\n", encoding="utf-8"
+    )
 
 
 def policy(request: dict) -> list:
@@ -29,15 +33,28 @@ def policy(request: dict) -> list:
         checklist = "".join(f"- [ ] {item}\n" for item in items)
         return [tool_use("write_file", {"path": "todo.md", "content": "# TODO\n" + checklist})]
     if step == 2:  # a slip a real model makes: the wrong capital letter
-        return [tool_use("edit_file", {"path": "todo.md", "old_text": "- [ ] Buy milk",
-                                       "new_text": "- [x] Buy milk"})]
+        return [
+            tool_use(
+                "edit_file",
+                {"path": "todo.md", "old_text": "- [ ] Buy milk", "new_text": "- [x] Buy milk"},
+            )
+        ]
     if step == 3:
-        return ["That edit failed; let me look at the file again.", tool_use("read_file", {"path": "todo.md"})]
+        return [
+            "That edit failed; let me look at the file again.",
+            tool_use("read_file", {"path": "todo.md"}),
+        ]
     if step == 4:
-        return [tool_use("edit_file", {"path": "todo.md", "old_text": "- [ ] buy milk",
-                                       "new_text": "- [x] buy milk"})]
+        return [
+            tool_use(
+                "edit_file",
+                {"path": "todo.md", "old_text": "- [ ] buy milk", "new_text": "- [x] buy milk"},
+            )
+        ]
     if step == 5:
         return [tool_use("bash", {"command": "wc -l todo.md"})]
     count = results[0].split()[0] if results and results[0] else "?"
-    return [f"Done: todo.md is a checklist of the notes with 'buy milk' ticked off. "
-            f"bash says it has {count} lines."]
+    return [
+        f"Done: todo.md is a checklist of the notes with 'buy milk' ticked off. "
+        f"bash says it has {count} lines."
+    ]

@@ -11,22 +11,33 @@ import json
 
 from offline import latest_results, result_text, steps_since_prompt, tool_use
 
-PROMPTS = ["Write greet.py with a greet(name) function, a test for it in test_greet.py, "
-           "and run the test.",
-           "/todos"]
+PROMPTS = [
+    "Write greet.py with a greet(name) function, a test for it in test_greet.py, and run the test.",
+    "/todos",
+]
 
 GREET = 'def greet(name):\n    return f"Hello, {name}!"\n'
-TEST = ('from greet import greet\n\n'
-        'assert greet("Ada") == "Hello, Ada!"\n'
-        'print("test_greet: 1 passed")\n')
+TEST = (
+    "from greet import greet\n\n"
+    'assert greet("Ada") == "Hello, Ada!"\n'
+    'print("test_greet: 1 passed")\n'
+)
 
 # The turns where the model does the work without touching its TODO list.
 WORK = {
     2: [tool_use("write_file", {"path": "test_greet.py", "content": TEST})],
     3: [tool_use("bash", {"command": "python3 test_greet.py"})],
-    4: ["The test passes. A docstring would help readers.",
-        tool_use("edit_file", {"path": "greet.py", "old_text": "def greet(name):\n",
-                               "new_text": 'def greet(name):\n    """Greet someone by name."""\n'})],
+    4: [
+        "The test passes. A docstring would help readers.",
+        tool_use(
+            "edit_file",
+            {
+                "path": "greet.py",
+                "old_text": "def greet(name):\n",
+                "new_text": 'def greet(name):\n    """Greet someone by name."""\n',
+            },
+        ),
+    ],
 }
 
 
@@ -38,19 +49,29 @@ def reminded(request: dict) -> bool:
 def policy(request: dict) -> list:
     step = steps_since_prompt(request)
     if reminded(request):
-        return ["Right, my list is stale: all three items are actually done.",
-                *[tool_use("todo_write", {"action": "update", "task_id": task_id, "status": "done"})
-                  for task_id in ("t1", "t2", "t3")]]
+        return [
+            "Right, my list is stale: all three items are actually done.",
+            *[
+                tool_use("todo_write", {"action": "update", "task_id": task_id, "status": "done"})
+                for task_id in ("t1", "t2", "t3")
+            ],
+        ]
     if step == 0:
-        return ["Three steps; let me plan them first.",
-                tool_use("todo_write", {"action": "add", "task": "Write greet.py", "priority": "high"}),
-                tool_use("todo_write", {"action": "add", "task": "Write test_greet.py"}),
-                tool_use("todo_write", {"action": "add", "task": "Run the test"})]
+        return [
+            "Three steps; let me plan them first.",
+            tool_use("todo_write", {"action": "add", "task": "Write greet.py", "priority": "high"}),
+            tool_use("todo_write", {"action": "add", "task": "Write test_greet.py"}),
+            tool_use("todo_write", {"action": "add", "task": "Run the test"}),
+        ]
     if step == 1:
-        return [tool_use("todo_write", {"action": "update", "task_id": "t1", "status": "in_progress"}),
-                tool_use("write_file", {"path": "greet.py", "content": GREET})]
+        return [
+            tool_use("todo_write", {"action": "update", "task_id": "t1", "status": "in_progress"}),
+            tool_use("write_file", {"path": "greet.py", "content": GREET}),
+        ]
     if step in WORK:
         return WORK[step]
     marked = sum("now done" in result_text(r) for r in latest_results(request))
-    return [f"Done: greet.py has greet(), test_greet.py checks it, and the test passes. "
-            f"{marked} items marked done on the list just now."]
+    return [
+        f"Done: greet.py has greet(), test_greet.py checks it, and the test passes. "
+        f"{marked} items marked done on the list just now."
+    ]

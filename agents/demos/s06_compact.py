@@ -44,9 +44,20 @@ def make_log(service: str, chars: int) -> str:
     lines, size, second = [], 0, 0
     while size < chars:
         second += rng.randint(1, 9)
-        level = "ERROR" if rng.random() < error_rate else rng.choice(["INFO", "INFO", "INFO", "WARN"])
-        event = rng.choice(["request served", "cache miss", "upstream timeout", "retrying call",
-                            "connection reset", "slow query", "token refreshed"])
+        level = (
+            "ERROR" if rng.random() < error_rate else rng.choice(["INFO", "INFO", "INFO", "WARN"])
+        )
+        event = rng.choice(
+            [
+                "request served",
+                "cache miss",
+                "upstream timeout",
+                "retrying call",
+                "connection reset",
+                "slow query",
+                "token refreshed",
+            ]
+        )
         line = f"2025-03-01T{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d} {level:<5} {service}: {event} (req {rng.randint(1000, 9999)})"
         lines.append(line)
         size += len(line) + 1
@@ -55,13 +66,16 @@ def make_log(service: str, chars: int) -> str:
 
 def setup(workdir: Path) -> None:
     import os
+
     os.environ["COMPACT_THRESHOLD"] = str(DEMO_THRESHOLD)  # read by the script when it loads
     os.environ["CLEAR_BATCH_TOKENS"] = str(DEMO_BATCH)
     (workdir / "logs").mkdir()
     for service in SMALL_LOGS:
         (workdir / "logs" / f"{service}.log").write_text(make_log(service, 8_000), encoding="utf-8")
     for service in BIG_LOGS:
-        (workdir / "logs" / f"{service}.log").write_text(make_log(service, 16_000), encoding="utf-8")
+        (workdir / "logs" / f"{service}.log").write_text(
+            make_log(service, 16_000), encoding="utf-8"
+        )
 
 
 def finish(namespace: dict, workdir: Path) -> None:
@@ -70,9 +84,15 @@ def finish(namespace: dict, workdir: Path) -> None:
     lines = transcript.path.read_text(encoding="utf-8").splitlines()
     record = "\n".join(json.dumps(json.loads(line)) for line in lines)
     logs = sorted((workdir / "logs").glob("*.log"))
-    kept = [log for log in logs if json.dumps(log.read_text(encoding="utf-8").rstrip("\n")).strip('"') in record]
-    print(f"[demo] transcript {transcript.name}: {len(lines)} lines; "
-          f"it holds the full text of {len(kept)} of {len(logs)} logs")
+    kept = [
+        log
+        for log in logs
+        if json.dumps(log.read_text(encoding="utf-8").rstrip("\n")).strip('"') in record
+    ]
+    print(
+        f"[demo] transcript {transcript.name}: {len(lines)} lines; "
+        f"it holds the full text of {len(kept)} of {len(logs)} logs"
+    )
     report = workdir / "report.md"
     if report.exists():
         print("[demo] report.md:\n" + report.read_text(encoding="utf-8").rstrip())
@@ -96,8 +116,13 @@ def current_prompt(request: dict) -> tuple[int, str]:
 
 
 def read_since(request: dict, index: int) -> list:
-    return [b["input"].get("path") for m in request["messages"][index + 1:] if m["role"] == "assistant"
-            for b in blocks_of(m) if b.get("type") == "tool_use" and b["name"] == "read_file"]
+    return [
+        b["input"].get("path")
+        for m in request["messages"][index + 1 :]
+        if m["role"] == "assistant"
+        for b in blocks_of(m)
+        if b.get("type") == "tool_use" and b["name"] == "read_file"
+    ]
 
 
 def counts(text: str) -> dict:
@@ -113,19 +138,31 @@ def policy(request: dict) -> list:
     reply = []
     results = latest_results(request)
     if results:
-        last_call = [b for b in blocks_of(request["messages"][-2]) if b.get("type") == "tool_use"][-1]
+        last_call = [b for b in blocks_of(request["messages"][-2]) if b.get("type") == "tool_use"][
+            -1
+        ]
         if last_call["name"] == "write_file":
-            return [f"Wrote report.md with {len(counts(all_text(request)))} logs, highest error count first."]
+            return [
+                f"Wrote report.md with {len(counts(all_text(request)))} logs, highest error count first."
+            ]
         text = result_text(results[-1])
         path = last_call["input"].get("path")
-        reply.append(f"{path}: {text.count(' ERROR ')} errors." if not results[-1].get("is_error")
-                     else f"Could not read {path}: {text}")
+        reply.append(
+            f"{path}: {text.count(' ERROR ')} errors."
+            if not results[-1].get("is_error")
+            else f"Could not read {path}: {text}"
+        )
     if "report.md" in words:
         ranked = sorted(counts(all_text(request)).items(), key=lambda item: -item[1])
         table = "".join(f"| {path} | {n} |\n" for path, n in ranked)
         source = "the summary" if COMPACTED in all_text(request) else "my notes"
-        return [f"Writing the report from the counts in {source}.",
-                tool_use("write_file", {"path": "report.md", "content": "| log | errors |\n|---|---|\n" + table})]
+        return [
+            f"Writing the report from the counts in {source}.",
+            tool_use(
+                "write_file",
+                {"path": "report.md", "content": "| log | errors |\n|---|---|\n" + table},
+            ),
+        ]
     wanted = list(dict.fromkeys(LOG_PATH.findall(words)))
     done = read_since(request, index)
     known = counts(all_text(request) + " ".join(reply))
@@ -136,22 +173,30 @@ def policy(request: dict) -> list:
     if not seen:
         return reply + ["There is nothing to read in that request."]
     worst = max(seen, key=seen.get)
-    return reply + [f"Of the {len(seen)} logs read so far, {worst} has the most errors ({seen[worst]})."]
+    return reply + [
+        f"Of the {len(seen)} logs read so far, {worst} has the most errors ({seen[worst]})."
+    ]
 
 
 def summary(session: str) -> str:
     """A summary in the six parts the harness asks for, built from the session text."""
-    requests = [line[len("[user] "):] for line in session.splitlines()
-                if line.startswith("[user] ") and not line.startswith("[user] " + COMPACTED)]
+    requests = [
+        line[len("[user] ") :]
+        for line in session.splitlines()
+        if line.startswith("[user] ") and not line.startswith("[user] " + COMPACTED)
+    ]
     notes = counts(session)
     last_request = requests[-1] if requests else ""
     unread = [p for p in dict.fromkeys(LOG_PATH.findall(last_request)) if p not in notes]
     note_text = "; ".join(f"{path}: {n} errors" for path, n in notes.items()) or "nothing yet"
-    return "\n".join([
-        "1. Goals: " + (" / ".join(requests[-3:]) or "see the earlier summary"),
-        f"2. Done: read {len(notes)} logs and counted their ERROR lines: {note_text}.",
-        "3. Files: read " + (", ".join(notes) or "none") + "; none changed.",
-        "4. Decisions: read one log at a time and note its count at once, so the numbers survive clearing.",
-        "5. Open items: " + (", ".join(unread) + " not read yet." if unread else "none."),
-        "6. Next step: " + ("read " + ", ".join(unread) if unread else "wait for the user's next request."),
-    ])
+    return "\n".join(
+        [
+            "1. Goals: " + (" / ".join(requests[-3:]) or "see the earlier summary"),
+            f"2. Done: read {len(notes)} logs and counted their ERROR lines: {note_text}.",
+            "3. Files: read " + (", ".join(notes) or "none") + "; none changed.",
+            "4. Decisions: read one log at a time and note its count at once, so the numbers survive clearing.",
+            "5. Open items: " + (", ".join(unread) + " not read yet." if unread else "none."),
+            "6. Next step: "
+            + ("read " + ", ".join(unread) if unread else "wait for the user's next request."),
+        ]
+    )

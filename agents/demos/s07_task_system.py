@@ -44,28 +44,44 @@ def board_ids(request: dict) -> dict:
 
 def plan(step: int, ids: dict) -> list:
     if step == 0:
-        return ["I'll put the plan on the task board. The first task has no blockers.",
-                tool_use("task_create", {"subject": DESIGN, "description": "Entities, fields, invariants."})]
+        return [
+            "I'll put the plan on the task board. The first task has no blockers.",
+            tool_use(
+                "task_create", {"subject": DESIGN, "description": "Entities, fields, invariants."}
+            ),
+        ]
     if step == 1:  # both need the id the board just returned; they can be created in one turn
-        return [tool_use("task_create", {"subject": API, "blocked_by": [ids[DESIGN]]}),
-                tool_use("task_create", {"subject": DOCS, "blocked_by": [ids[DESIGN]]})]
+        return [
+            tool_use("task_create", {"subject": API, "blocked_by": [ids[DESIGN]]}),
+            tool_use("task_create", {"subject": DOCS, "blocked_by": [ids[DESIGN]]}),
+        ]
     if step == 2:
         return [tool_use("task_create", {"subject": SHIP, "blocked_by": [ids[API], ids[DOCS]]})]
     if step == 3:
         return [tool_use("task_list", {})]
-    return ["The plan is on the board: the API and the docs wait for the design, and shipping waits for both."]
+    return [
+        "The plan is on the board: the API and the docs wait for the design, and shipping waits for both."
+    ]
 
 
 def start_too_early(step: int, ids: dict, results: list) -> list:
     if step == 0:
         return [tool_use("task_update", {"task_id": ids[SHIP], "status": "in_progress"})]
-    refusal = result_text(results[0]).split("while ")[-1].split(";")[0] if results else "its blockers"
-    return [f"The board refuses: '{SHIP}' is {refusal}. Nothing ships before the work it depends on."]
+    refusal = (
+        result_text(results[0]).split("while ")[-1].split(";")[0] if results else "its blockers"
+    )
+    return [
+        f"The board refuses: '{SHIP}' is {refusal}. Nothing ships before the work it depends on."
+    ]
 
 
 WORK_ORDER = [  # (subject, status); API and docs run side by side once the design is done
-    (DESIGN, "in_progress"), (DESIGN, "completed"),
-    (API, "in_progress"), (DOCS, "in_progress"), (API, "completed"), (DOCS, "completed"),
+    (DESIGN, "in_progress"),
+    (DESIGN, "completed"),
+    (API, "in_progress"),
+    (DOCS, "in_progress"),
+    (API, "completed"),
+    (DOCS, "completed"),
 ]
 
 
@@ -73,8 +89,10 @@ def work(step: int, ids: dict, results: list) -> list:
     if step < len(WORK_ORDER):
         subject, status = WORK_ORDER[step]
         return [tool_use("task_update", {"task_id": ids[subject], "status": status})]
-    return [f"Three tasks are completed; each completion reported what it unblocked. "
-            f"'{SHIP}' is ready and waits on the board for the next session."]
+    return [
+        f"Three tasks are completed; each completion reported what it unblocked. "
+        f"'{SHIP}' is ready and waits on the board for the next session."
+    ]
 
 
 def policy(request: dict) -> list:

@@ -27,8 +27,10 @@ PROMPTS = [
 
 
 def setup(workdir: Path) -> None:
-    (workdir / "parser.py").write_text("def parse(text):\n    return dict(line.split('=') for line in text.splitlines())\n",
-                                       encoding="utf-8")
+    (workdir / "parser.py").write_text(
+        "def parse(text):\n    return dict(line.split('=') for line in text.splitlines())\n",
+        encoding="utf-8",
+    )
 
 
 def texts(message: dict) -> list:
@@ -39,7 +41,11 @@ def prompt_and_step(request: dict) -> tuple:
     """The latest words of whoever asked this agent, and how many model turns followed them."""
     steps = 0
     for message in reversed(request["messages"]):
-        words = [t for t in texts(message) if not t.startswith(NEWS)] if message["role"] == "user" else []
+        words = (
+            [t for t in texts(message) if not t.startswith(NEWS)]
+            if message["role"] == "user"
+            else []
+        )
         if words:
             return words[-1], steps
         steps += message["role"] == "assistant"
@@ -83,7 +89,14 @@ def builder(request: dict) -> list:
     if step == 0:
         return [tool_use("task_update", {"task_id": task_id, "status": "in_progress"})]
     if step == 1:
-        return [tool_use("bash", {"command": f"echo 'work on task {task_id}' >> worklog.txt && tail -n 1 worklog.txt"})]
+        return [
+            tool_use(
+                "bash",
+                {
+                    "command": f"echo 'work on task {task_id}' >> worklog.txt && tail -n 1 worklog.txt"
+                },
+            )
+        ]
     if step == 2:
         return [tool_use("task_update", {"task_id": task_id, "status": "completed"})]
     unblocked = json.loads(result_text(latest_results(request)[0])).get("unblocked", [])
@@ -102,12 +115,26 @@ def lead(request: dict) -> list:
         script = [
             ["The plan goes on the board first.", tool_use("task_create", {"subject": PARSER})],
             [tool_use("task_create", {"subject": RELEASE, "blocked_by": [ids.get(PARSER)]})],
-            [tool_use("team_spawn", {"name": "reviewer", "role": "reviews plans before work starts",
-                                     "prompt": "You are a strict reviewer: approve a plan only if it runs the tests."})],
+            [
+                tool_use(
+                    "team_spawn",
+                    {
+                        "name": "reviewer",
+                        "role": "reviews plans before work starts",
+                        "prompt": "You are a strict reviewer: approve a plan only if it runs the tests.",
+                    },
+                )
+            ],
             ["Asking the reviewer.", tool_use("team_review", {"name": "reviewer", "plan": PLAN})],
-            ["Rejected: a test task goes between the parser and the release.",
-             tool_use("task_create", {"subject": TESTS, "blocked_by": [ids.get(PARSER)]})],
-            [tool_use("task_update", {"task_id": ids.get(RELEASE), "add_blocked_by": [ids.get(TESTS)]})],
+            [
+                "Rejected: a test task goes between the parser and the release.",
+                tool_use("task_create", {"subject": TESTS, "blocked_by": [ids.get(PARSER)]}),
+            ],
+            [
+                tool_use(
+                    "task_update", {"task_id": ids.get(RELEASE), "add_blocked_by": [ids.get(TESTS)]}
+                )
+            ],
             [tool_use("team_review", {"name": "reviewer", "plan": REVISED})],
         ]
         if step < len(script):
@@ -116,18 +143,37 @@ def lead(request: dict) -> list:
     if prompt.startswith("Approved"):
         order = [PARSER, TESTS, RELEASE]
         if step == 0:
-            return [tool_use("team_spawn", {"name": "builder", "role": "does the tasks it is given",
-                                            "prompt": "You do one task at a time and keep it current on the board."})]
+            return [
+                tool_use(
+                    "team_spawn",
+                    {
+                        "name": "builder",
+                        "role": "does the tasks it is given",
+                        "prompt": "You do one task at a time and keep it current on the board.",
+                    },
+                )
+            ]
         sent = (step - 1) // 2  # then, per task: send it, wait for the answer
         if sent < len(order) and step % 2:
-            return [tool_use("team_send", {"name": "builder", "task_id": ids[order[sent]],
-                                           "message": "Mark it in_progress, do it, mark it completed."})]
+            return [
+                tool_use(
+                    "team_send",
+                    {
+                        "name": "builder",
+                        "task_id": ids[order[sent]],
+                        "message": "Mark it in_progress, do it, mark it completed.",
+                    },
+                )
+            ]
         if sent < len(order):
             return [tool_use("team_wait", {"seconds": 30})]
         return ["The builder finished all three tasks; each answer came back through my mailbox."]
     if prompt.startswith("Everything"):
         if step == 0:
-            return [tool_use("team_shutdown", {"name": "builder"}), tool_use("team_shutdown", {"name": "reviewer"})]
+            return [
+                tool_use("team_shutdown", {"name": "builder"}),
+                tool_use("team_shutdown", {"name": "reviewer"}),
+            ]
         return ["Both teammates acknowledged and stopped."]
     return ["(the scripted lead has nothing to say to that)"]
 
@@ -140,5 +186,7 @@ def finish(namespace: dict, workdir: Path) -> None:
         for message in mailbox.read(path.stem)[0]:
             protocol = f" [{message['protocol']}]" if message.get("protocol") else ""
             text = message["content"].replace("\n", " ")
-            print(f"  {path.name:<14} {message['kind']:<8}{protocol} {message['from']} -> {message['to']}: "
-                  f"{text[:60] + ('...' if len(text) > 60 else '')}")
+            print(
+                f"  {path.name:<14} {message['kind']:<8}{protocol} {message['from']} -> {message['to']}: "
+                f"{text[:60] + ('...' if len(text) > 60 else '')}"
+            )

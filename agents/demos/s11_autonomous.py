@@ -48,7 +48,8 @@ def policy(request: dict) -> list:
     if step == 0:
         return ["Six jobs, no dependencies: any worker may take any of them."] + [
             tool_use("task_create", {"subject": f"Job {n}", "description": f"Process batch {n}."})
-            for n in range(1, JOBS + 1)]
+            for n in range(1, JOBS + 1)
+        ]
     return ["The board is ready: workers will claim the jobs themselves."]
 
 
@@ -69,8 +70,10 @@ def run(namespace: dict, workdir: Path, server) -> None:
     namespace["repl"]()  # act 1: the lead plans (its model is scripted above; the board is real)
     board, mailbox = namespace["BOARD"], namespace["MAILBOX"]
     mailbox.root.mkdir(parents=True, exist_ok=True)
-    print(f"\n[demo] three worker processes join session {mailbox.root.name}: "
-          f"python {Path(namespace['__file__']).name} --worker NAME --session {mailbox.root.name}")
+    print(
+        f"\n[demo] three worker processes join session {mailbox.root.name}: "
+        f"python {Path(namespace['__file__']).name} --worker NAME --session {mailbox.root.name}"
+    )
     workers = {VICTIM: start_worker(namespace, workdir, server, VICTIM)}  # first: it gets a job
     victim_job = wait_for_a_job(board, VICTIM)
     for name in WORKERS:
@@ -86,12 +89,31 @@ def run(namespace: dict, workdir: Path, server) -> None:
 
 
 def start_worker(namespace: dict, workdir: Path, server, name: str) -> subprocess.Popen:
-    env = dict(os.environ, ANTHROPIC_BASE_URL=server.url, ANTHROPIC_API_KEY="offline-demo", PYTHONUNBUFFERED="1")
-    process = subprocess.Popen([sys.executable, namespace["__file__"], "--worker", name, "--session",
-                                namespace["MAILBOX"].root.name], cwd=workdir, env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    process.reader = threading.Thread(target=lambda: [print(line, end="", flush=True) for line in process.stdout],
-                                      daemon=True)
+    env = dict(
+        os.environ,
+        ANTHROPIC_BASE_URL=server.url,
+        ANTHROPIC_API_KEY="offline-demo",
+        PYTHONUNBUFFERED="1",
+    )
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            namespace["__file__"],
+            "--worker",
+            name,
+            "--session",
+            namespace["MAILBOX"].root.name,
+        ],
+        cwd=workdir,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+    )
+    process.reader = threading.Thread(
+        target=lambda: [print(line, end="", flush=True) for line in process.stdout], daemon=True
+    )
     process.reader.start()
     return process
 
@@ -114,24 +136,37 @@ def kill_in_the_middle(workers: dict, job: int | None) -> None:
         return
     time.sleep(0.2)  # a demo's pause, not a synchronisation: let the others join first
     workers[VICTIM].send_signal(signal.SIGKILL)
-    print(f"[demo] killed {VICTIM} (pid {workers[VICTIM].pid}) with SIGKILL while it held #{job}: "
-          f"nobody gives that job back; its lease runs out in {SETTINGS['LEASE_SECONDS']}s",
-          flush=True)
+    print(
+        f"[demo] killed {VICTIM} (pid {workers[VICTIM].pid}) with SIGKILL while it held #{job}: "
+        f"nobody gives that job back; its lease runs out in {SETTINGS['LEASE_SECONDS']}s",
+        flush=True,
+    )
 
 
 def summary(board, workdir: Path, victim_job: int | None) -> None:
     tasks = board.tasks()
-    log = (workdir / "results" / "log.txt").read_text().splitlines() if (workdir / "results" / "log.txt").exists() else []
+    log = (
+        (workdir / "results" / "log.txt").read_text().splitlines()
+        if (workdir / "results" / "log.txt").exists()
+        else []
+    )
     runs = {t["id"]: sum(line.startswith(f"job {t['id']} done") for line in log) for t in tasks}
     print("\n[demo] the board at the end (who did what varies from run to run):")
     for task in tasks:
-        print(f"  #{task['id']} {task['subject']}: {task['status']} by {task['owner'] or 'nobody'}, "
-              f"ran {runs[task['id']]} time(s)")
+        print(
+            f"  #{task['id']} {task['subject']}: {task['status']} by {task['owner'] or 'nobody'}, "
+            f"ran {runs[task['id']]} time(s)"
+        )
     completed = sum(t["status"] == "completed" for t in tasks)
     once = all(n == 1 for n in runs.values())
-    taken_over = victim_job is not None and next(t for t in tasks if t["id"] == victim_job)["owner"] != VICTIM
-    print(f"[demo] summary: {completed} of {len(tasks)} jobs completed, each exactly once: {once}; "
-          f"the job {VICTIM} held when killed was taken over after its lease ran out: {taken_over}")
+    taken_over = (
+        victim_job is not None
+        and next(t for t in tasks if t["id"] == victim_job)["owner"] != VICTIM
+    )
+    print(
+        f"[demo] summary: {completed} of {len(tasks)} jobs completed, each exactly once: {once}; "
+        f"the job {VICTIM} held when killed was taken over after its lease ran out: {taken_over}"
+    )
 
 
 def naive_claim(board, write_json, task_id: int, owner: str, line_up: threading.Barrier) -> bool:
@@ -169,9 +204,15 @@ def naive_versus_claim(namespace: dict, workdir: Path) -> None:
         winners = [name for name in WORKERS if outcome.get(name)]
         owner = board.read(task_id)["owner"]
         if label == "naive":
-            print(f"[race] naive claim (read, check, write, no lock): {', '.join(winners)} each believe #{task_id} "
-                  f"is theirs - it would run {len(winners)} times; the file names only {owner}")
+            print(
+                f"[race] naive claim (read, check, write, no lock): {', '.join(winners)} each believe #{task_id} "
+                f"is theirs - it would run {len(winners)} times; the file names only {owner}"
+            )
         else:
-            losers = [f"{name} lost #{task_id} to {owner}" for name in WORKERS if name not in winners]
-            print(f"[race] claim() (compare-and-set under the board lock): {owner} won #{task_id}; "
-                  f"{'; '.join(losers)} - it runs once")
+            losers = [
+                f"{name} lost #{task_id} to {owner}" for name in WORKERS if name not in winners
+            ]
+            print(
+                f"[race] claim() (compare-and-set under the board lock): {owner} won #{task_id}; "
+                f"{'; '.join(losers)} - it runs once"
+            )

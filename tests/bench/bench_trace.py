@@ -18,6 +18,7 @@ Ratios are printed. Linear means: page and peak memory within a small multiple o
 request (the whole conversation is in it), and the stream through the proxy close to direct.
 Everything runs on 127.0.0.1, in a temporary folder.
 """
+
 import argparse
 import http.client
 import json
@@ -37,16 +38,22 @@ sys.path.insert(0, str(AGENTS))
 
 import offline  # noqa: E402
 
-TOOLS = [{"name": "read_file", "description": "Read a file.",
-          "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}]
+TOOLS = [
+    {
+        "name": "read_file",
+        "description": "Read a file.",
+        "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}},
+    }
+]
 
 
 def log_text(number: int, kb: int) -> str:
     """A --kb KB log, different for every call."""
     lines, size = [], 0
-    for i in range(10 ** 9):
-        line = f"{number:03d}-{i:05d} INFO worker handled request {i * 7919 % 100003} " \
-               f"in {i % 97} ms\n"
+    for i in range(10**9):
+        line = (
+            f"{number:03d}-{i:05d} INFO worker handled request {i * 7919 % 100003} in {i % 97} ms\n"
+        )
         if size + len(line) > kb * 1000:
             break
         lines.append(line)
@@ -81,8 +88,11 @@ def read_events(data: bytes) -> dict:
 def post(url: str, body: bytes) -> tuple[int, bytes]:
     host, port = url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=900)
-    headers = {"Content-Type": "application/json", "X-Api-Key": "bench",
-               "anthropic-version": "2023-06-01"}
+    headers = {
+        "Content-Type": "application/json",
+        "X-Api-Key": "bench",
+        "anthropic-version": "2023-06-01",
+    }
     connection.request("POST", "/v1/messages", body, headers)
     answer = connection.getresponse()
     data = answer.read()
@@ -94,8 +104,16 @@ def role_client(url: str, calls: int, kb: int) -> None:
     """The agent's side: send the growing history, answer each read_file call with a new log."""
     history, largest = [{"role": "user", "content": "Read the logs, one at a time."}], 0
     for number in range(calls):
-        body = json.dumps({"model": "bench", "max_tokens": 1000, "system": "You read logs.",
-                           "tools": TOOLS, "messages": history, "stream": True}).encode()
+        body = json.dumps(
+            {
+                "model": "bench",
+                "max_tokens": 1000,
+                "system": "You read logs.",
+                "tools": TOOLS,
+                "messages": history,
+                "stream": True,
+            }
+        ).encode()
         largest = max(largest, len(body))
         status, data = post(url, body)
         assert status == 200, data[:300]
@@ -104,14 +122,17 @@ def role_client(url: str, calls: int, kb: int) -> None:
         uses = [b for b in message["content"] if b["type"] == "tool_use"]
         if not uses:
             break
-        results = [{"type": "tool_result", "tool_use_id": b["id"], "content": log_text(number, kb)}
-                   for b in uses]
+        results = [
+            {"type": "tool_result", "tool_use_id": b["id"], "content": log_text(number, kb)}
+            for b in uses
+        ]
         history.append({"role": "user", "content": results})
     print(json.dumps({"calls": number + 1, "largest": largest}))
 
 
 def role_model(calls: int) -> None:
     """The model: a stand-in that asks for one more log until the last call."""
+
     def policy(request):
         done = sum(m["role"] == "assistant" for m in request["messages"])
         if done == calls - 1:
@@ -125,21 +146,44 @@ def role_model(calls: int) -> None:
 
 def stream_events(megabytes: float) -> list[bytes]:
     piece = "streamed text, as a model writes it, a few words per event. " * 2
+
     def event(data: dict) -> bytes:
         return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode()
 
-    start = {"id": "msg_b", "type": "message", "role": "assistant", "model": "bench", "content": [],
-             "stop_reason": None, "usage": {"input_tokens": 10, "output_tokens": 1}}
-    events = [event({"type": "message_start", "message": start}),
-              event({"type": "content_block_start", "index": 0,
-                     "content_block": {"type": "text", "text": ""}})]
-    delta = event({"type": "content_block_delta", "index": 0,
-                   "delta": {"type": "text_delta", "text": piece}})
+    start = {
+        "id": "msg_b",
+        "type": "message",
+        "role": "assistant",
+        "model": "bench",
+        "content": [],
+        "stop_reason": None,
+        "usage": {"input_tokens": 10, "output_tokens": 1},
+    }
+    events = [
+        event({"type": "message_start", "message": start}),
+        event(
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            }
+        ),
+    ]
+    delta = event(
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": piece}}
+    )
     events += [delta] * int(megabytes * 1_000_000 / len(delta))
-    return events + [event({"type": "content_block_stop", "index": 0}),
-                     event({"type": "message_delta", "usage": {"output_tokens": 100000},
-                            "delta": {"stop_reason": "end_turn", "stop_sequence": None}}),
-                     event({"type": "message_stop"})]
+    return events + [
+        event({"type": "content_block_stop", "index": 0}),
+        event(
+            {
+                "type": "message_delta",
+                "usage": {"output_tokens": 100000},
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            }
+        ),
+        event({"type": "message_stop"}),
+    ]
 
 
 def role_streamer(megabytes: float) -> None:
@@ -168,8 +212,12 @@ def role_streamer(megabytes: float) -> None:
 
 
 def start(*args: str) -> tuple[subprocess.Popen, str]:
-    process = subprocess.Popen([sys.executable, __file__, "--role", *args], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, __file__, "--role", *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     return process, process.stdout.readline().strip()
 
 
@@ -179,9 +227,12 @@ def session(calls: int, kb: int) -> dict:
         with tempfile.TemporaryDirectory() as tmp:
             tracemalloc.start()
             with offline.ForwardingProxy(upstream) as proxy:
-                client = subprocess.run([sys.executable, __file__, "--role", "client", proxy.url,
-                                         str(calls), str(kb)], capture_output=True, text=True,
-                                        check=True)
+                client = subprocess.run(
+                    [sys.executable, __file__, "--role", "client", proxy.url, str(calls), str(kb)],
+                    capture_output=True,
+                    text=True,
+                    check=True,
+                )
                 if hasattr(proxy, "settle"):
                     proxy.settle()  # the last reply is recorded just after the client has it
                 recorded = len(proxy.calls)
@@ -192,16 +243,27 @@ def session(calls: int, kb: int) -> dict:
                 write_peak = tracemalloc.get_traced_memory()[1]
             tracemalloc.stop()
             sent = json.loads(client.stdout)
-            return {**sent, "recorded": recorded, "page": page.stat().st_size,
-                    "session_peak": session_peak, "write_peak": write_peak}
+            return {
+                **sent,
+                "recorded": recorded,
+                "page": page.stat().st_size,
+                "session_peak": session_peak,
+                "write_peak": write_peak,
+            }
     finally:
         model.stdin.close()
         model.wait(timeout=30)
 
 
 def read_stream(url: str) -> tuple[float, bytes]:
-    body = json.dumps({"model": "bench", "max_tokens": 10, "stream": True,
-                       "messages": [{"role": "user", "content": "stream"}]}).encode()
+    body = json.dumps(
+        {
+            "model": "bench",
+            "max_tokens": 10,
+            "stream": True,
+            "messages": [{"role": "user", "content": "stream"}],
+        }
+    ).encode()
     started = time.perf_counter()
     status, data = post(url, body)
     assert status == 200
@@ -228,8 +290,14 @@ def big_stream(megabytes: float, repeats: int, timeout: float) -> dict:
                     break
                 recorded.append(time.perf_counter() - started)
             text = proxy.calls[0]["reply"]["content"][0]["text"] if proxy.calls else ""
-        return {"size": len(sent), "direct": direct, "through": through, "recorded": recorded,
-                "same": relayed == sent, "text": len(text)}
+        return {
+            "size": len(sent),
+            "direct": direct,
+            "through": through,
+            "recorded": recorded,
+            "same": relayed == sent,
+            "text": len(text),
+        }
     finally:
         streamer.kill()
         streamer.wait()
@@ -241,15 +309,18 @@ def main() -> None:
     parser.add_argument("--kb", type=int, default=49)
     parser.add_argument("--stream-mb", type=float, default=10)
     parser.add_argument("--repeats", type=int, default=5, help="reads of the stream, each way")
-    parser.add_argument("--stream-timeout", type=float, default=600,
-                        help="seconds to wait for the recording")
+    parser.add_argument(
+        "--stream-timeout", type=float, default=600, help="seconds to wait for the recording"
+    )
     parser.add_argument("--role", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.role:
         role, *rest = args.role
-        {"client": lambda: role_client(rest[0], int(rest[1]), int(rest[2])),
-         "model": lambda: role_model(int(rest[0])),
-         "streamer": lambda: role_streamer(float(rest[0]))}[role]()
+        {
+            "client": lambda: role_client(rest[0], int(rest[1]), int(rest[2])),
+            "model": lambda: role_model(int(rest[0])),
+            "streamer": lambda: role_streamer(float(rest[0])),
+        }[role]()
         return
     print(f"Python {platform.python_version()} on {platform.system()}, {os.cpu_count()} cores")
     mb = 1_000_000
@@ -257,22 +328,32 @@ def main() -> None:
     largest, calls = s["largest"], s["calls"]
     print(f"\n1. {calls} calls ({s['recorded']} recorded), each reading a new {args.kb} KB file")
     print(f"   largest request          {largest / mb:8.2f} MB")
-    for label, value, linear in (("trace page", s["page"], 1),
-                                 ("peak memory, session", s["session_peak"], 3),
-                                 ("peak memory, write page", s["write_peak"], 3)):
-        print(f"   {label:24} {value / mb:8.2f} MB = {value / largest:6.2f} x the largest request; "
-              f"{(value - linear * largest) / calls / 1000:+9,.1f} KB a call beyond {linear}x")
+    for label, value, linear in (
+        ("trace page", s["page"], 1),
+        ("peak memory, session", s["session_peak"], 3),
+        ("peak memory, write page", s["write_peak"], 3),
+    ):
+        print(
+            f"   {label:24} {value / mb:8.2f} MB = {value / largest:6.2f} x the largest request; "
+            f"{(value - linear * largest) / calls / 1000:+9,.1f} KB a call beyond {linear}x"
+        )
     b = big_stream(args.stream_mb, args.repeats, args.stream_timeout)
     best, median = (lambda t: min(t)), statistics.median
-    print(f"\n2. one stream of {b['size'] / mb:.1f} MB ({b['text'] / mb:.1f} MB of text), read "
-          f"{args.repeats} times each way; relayed byte for byte: {b['same']}")
+    print(
+        f"\n2. one stream of {b['size'] / mb:.1f} MB ({b['text'] / mb:.1f} MB of text), read "
+        f"{args.repeats} times each way; relayed byte for byte: {b['same']}"
+    )
     for label, times in (("direct", b["direct"]), ("through the proxy", b["through"])):
         print(f"   {label:24} best {best(times):6.2f} s, median {median(times):6.2f} s")
-    print(f"   through / direct         best {best(b['through']) / best(b['direct']):6.2f} x, "
-          f"median {median(b['through']) / median(b['direct']):6.2f} x")
+    print(
+        f"   through / direct         best {best(b['through']) / best(b['direct']):6.2f} x, "
+        f"median {median(b['through']) / median(b['direct']):6.2f} x"
+    )
     if len(b["recorded"]) == len(b["through"]):
-        print(f"   recorded by the proxy    median {median(b['recorded']):6.2f} s after the "
-              "request was sent")
+        print(
+            f"   recorded by the proxy    median {median(b['recorded']):6.2f} s after the "
+            "request was sent"
+        )
     else:
         print(f"   recorded by the proxy    not within {args.stream_timeout:.0f} s")
 
