@@ -53,9 +53,9 @@ OUTPUT_LIMIT = 50_000  # characters of tool output sent back to the model
 client = Anthropic(api_key=API_KEY, auth_token=AUTH_TOKEN) if API_KEY or AUTH_TOKEN else None
 SYSTEM = (f"You are a coding agent working in {WORKDIR}. "  # s02: where the model works
           "Use the tools to inspect and change files; act, then report briefly.")
-SYSTEM += (" For multi-step work keep the task board: task_create the steps, link them with blocked_by,"  # s07: plan
-           " set each in_progress then completed. The board lives in .tasks/ and outlives this"  # s07: plan
-           " conversation; use only task ids that a tool result gave you.")  # s07: plan on the board
+SYSTEM += (" For multi-step work keep the task board: task_create the steps, link them"  # s07: plan
+           " with blocked_by, set each in_progress then completed. The board lives in .tasks/"
+           " and outlives this conversation; use only task ids that a tool result gave you.")
 SYSTEM += (" You lead a team: plan on the board, team_review the plan with a reviewer, then team_spawn"  # s09: lead
            " teammates and team_send each its task; team_wait for their answers.")  # s09: lead a team
 
@@ -379,14 +379,13 @@ class TaskError(ValueError):
         self.code = code
 
 class CorruptFile(Exception):
-    """A state file that cannot be trusted: named and left alone, never guessed at or overwritten."""
+    """A state file that cannot be trusted: named and left alone, never guessed at or rewritten."""
     def __init__(self, path, reason):
-        super().__init__(f"{path}: {reason}. It is left as it is: fix it by hand or move it away, "
-                         "then retry.")
+        super().__init__(f"{path}: {reason}. It is left as it is: fix it or move it, then retry.")
 
-# The rules of the graph, each in one place.
+# The rules of the graph, each in one place. `tasks` maps ids to tasks.
 def open_blockers(task, tasks):
-    """What `task` still waits for: its blockers that are not completed (a failed one blocks too)."""
+    """What `task` still waits for: its blockers not completed (a failed one blocks too)."""
     return [blocker for blocker in task["blockedBy"] if tasks[blocker]["status"] != "completed"]
 
 def unblocked(task, tasks):
@@ -397,50 +396,43 @@ def is_ready(task, tasks):
     """Someone can start it now: unblocked, and nobody has it."""
     return not task["owner"] and unblocked(task, tasks)
 
-def find_cycle(board, first=()):
-    """A dependency cycle in blocker-first order ([3, 5, 3]: 3 must finish before 5, 5 before 3),
-    or None. The search starts at `first`; it is iterative, so a long chain cannot exhaust the
-    recursion limit."""
-    state = {}  # task id -> "open" while on the current path, "done" once fully explored
-    for start in [*first, *sorted(board)]:
-        if start in state:
-            continue
-        path = [start]  # each task on the path waits for the next one
-        stack = [iter(board[start]["blockedBy"])]
-        state[start] = "open"
-        while stack:
-            blocker = next(stack[-1], None)
+def find_cycle(board, starts):
+    """A dependency cycle reached from `starts`, in blocker-first order ([3, 5, 3]: 3 must finish
+    before 5, 5 before 3), or None. A depth-first search without recursion, so a long chain
+    cannot exhaust Python's recursion limit."""
+    done = set()  # tasks whose blockers were all explored: no cycle through them
+    for start in starts:
+        # The path walked so far, in order: each task on it waits for the next. With each task,
+        # an iterator over the blockers not looked at yet.
+        path = {start: iter(board[start]["blockedBy"])}
+        while path:
+            last = next(reversed(path))
+            blocker = next(path[last], None)
             if blocker is None:
-                state[path.pop()] = "done"
-                stack.pop()
-            elif state.get(blocker) == "open":  # back on the path: reversed, blockers come first
-                return (path[path.index(blocker):] + [blocker])[::-1]
-            elif blocker not in state:
-                state[blocker] = "open"
-                path.append(blocker)
-                stack.append(iter(board[blocker]["blockedBy"]))
+                done.add(last)
+                del path[last]
+            elif blocker in path:  # back on the path: a cycle; reversed, blockers come first
+                ids = list(path)
+                return [blocker, *reversed(ids[ids.index(blocker):])]
+            elif blocker not in done:
+                path[blocker] = iter(board[blocker]["blockedBy"])
     return None
 
-# What a caller may send, checked before any file is touched.
+# What comes in, from a caller before any file is touched, or from a file before it is used.
 def parse_id(value):
     """A positive integer; models sometimes send it as text ("3"), which is fine."""
     text = str(value).strip() if type(value) in (int, str) else ""  # not True, not 1.5
-    if not (text.isascii() and text.isdigit() and len(text) < 19 and int(text) > 0):
+    if not re.fullmatch(r"[1-9][0-9]{0,17}", text):  # 1 to 18 digits, no leading zero
         raise TaskError("INVALID_ARGS", f"a task id must be a positive integer such as 3, "
                                         f"got {value!r}. {ID_NOTE}")
     return int(text)
 
-def parse_ids(values, field):
+def parse_ids(values):
     if values is None:
         return []
     if not isinstance(values, list):
-        raise TaskError("INVALID_ARGS", f"{field} must be a list of task ids such as [1, 2]")
+        raise TaskError("INVALID_ARGS", f"expected a list of ids such as [1, 2], got {values!r}")
     return list(dict.fromkeys(map(parse_id, values)))  # each id once, in order
-
-def check_status(status):
-    if status not in STATUSES:
-        raise TaskError("INVALID_STATUS", f"unknown status {status!r}; use one of: "
-                                          f"{', '.join(STATUSES)}")
 
 def check_fields(fields):
     """The fields a caller set (None: not set), as they will be stored."""
@@ -448,7 +440,9 @@ def check_fields(fields):
     for name, value in fields.items():
         if not isinstance(value, str):
             raise TaskError("INVALID_ARGS", f"{name} must be text, got {value!r}")
-    check_status(fields.get("status", "pending"))
+    if fields.get("status", "pending") not in STATUSES:
+        raise TaskError("INVALID_STATUS", f"unknown status {fields['status']!r}; use one of: "
+                                          f"{', '.join(STATUSES)}")
     if "subject" in fields:
         fields["subject"] = fields["subject"].strip()
         if not fields["subject"]:
@@ -462,15 +456,18 @@ def record_problem(task, task_id):
     if task.get("status") not in STATUSES:
         return f"unknown status {task.get('status')!r} (allowed: {', '.join(STATUSES)})"
     edges = task.get("blockedBy")
-    if not isinstance(edges, list) or any(type(b) is not int for b in edges) or task_id in edges:
-        return "blockedBy must be a list of other tasks' integer ids"
+    if not isinstance(edges, list) or any(type(b) is not int for b in edges):
+        return "blockedBy must be a list of task ids (integers)"
     for field in ("subject", "description", "owner", "created_at", "updated_at"):
         if type(task.get(field)) is not str:
             return f"{field} must be a string"
     return None
 
+def by_id(tasks):
+    return {task["id"]: task for task in tasks}
+
 def write_json(path, data):
-    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")  # temp file + rename
+    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")  # the spine's
 
 def utc_now():
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -501,8 +498,7 @@ class TaskBoard:
         try:
             task = load_json(path)
         except FileNotFoundError:
-            raise TaskError("NOT_FOUND", f"there is no task {task_id}; call task_list to see "
-                                         "the ids") from None
+            raise TaskError("NOT_FOUND", f"there is no task {task_id}; see task_list") from None
         except (OSError, ValueError) as error:  # ValueError: bad UTF-8 or bad JSON
             raise CorruptFile(path, f"cannot be read as JSON ({error})") from None
         if problem := record_problem(task, task_id):
@@ -520,8 +516,9 @@ class TaskBoard:
                 if blocker not in board or board[blocker]["status"] == "deleted":
                     raise CorruptFile(self.path(task["id"]), f"blocked by task {blocker}, "
                                                              "deleted or gone")
-        if cycle := find_cycle(board):
-            raise CorruptFile(self.path(cycle[0]), f"dependency cycle {' -> '.join(map(str, cycle))}")
+        if cycle := find_cycle(board, sorted(board)):  # made by hand: no update lets one in
+            raise CorruptFile(self.path(cycle[0]),
+                              f"dependency cycle {' -> '.join(map(str, cycle))}")
         return board
 
     def tasks(self):
@@ -535,25 +532,25 @@ class TaskBoard:
         for task in board.values():
             for blocker in task["blockedBy"]:
                 blocks[blocker].append(task["id"])
-        return [{**task, "blocks": blocks[task["id"]]} for task in board.values()]
+        return [{**task, "blocks": blocks[task_id]} for task_id, task in board.items()]
 
     def get(self, task_id):
         task = self.read(parse_id(task_id))  # NOT_FOUND for an id the board never handed out
-        return next(t for t in self.tasks() if t["id"] == task["id"])  # with its `blocks`
+        return by_id(self.tasks())[task["id"]]  # with its derived `blocks`
 
     def ready(self):
-        tasks = {t["id"]: t for t in self.tasks()}
+        tasks = by_id(self.tasks())
         return [task for task in tasks.values() if is_ready(task, tasks)]
 
     # -- changing: under the lock ----------------------------------------------------
     def create(self, subject, description="", blocked_by=None):
         fields = check_fields({"subject": subject, "description": description})
-        blockers = parse_ids(blocked_by, "blocked_by")
+        blockers = parse_ids(blocked_by)
         with self.locked():
             for stale in self.dir.glob(".*.tmp"):  # left by a writer killed mid-write: none is live
                 stale.unlink(missing_ok=True)
             for blocker in blockers:
-                self.check_blocker(None, blocker)  # nothing waits for a new task: no cycle
+                self.check_blocker(blocker)  # nothing waits for a new task yet: no cycle
             mark = self.dir / ".highwatermark"
             try:
                 last = parse_id(mark.read_text(encoding="utf-8")) if mark.exists() else 0
@@ -567,7 +564,7 @@ class TaskBoard:
                     "owner": "", "created_at": now, "updated_at": now}
             write_json(mark, task_id)  # first: a crash between the two writes only skips an id
             write_json(self.path(task_id), task)
-        return {**task, "blocks": []}
+        return task
 
     def update(self, task_id, status=None, subject=None, description=None, owner=None,
                add_blocked_by=None, remove_blocked_by=None):
@@ -575,11 +572,10 @@ class TaskBoard:
         task_id = parse_id(task_id)
         fields = check_fields({"status": status, "subject": subject, "description": description,
                                "owner": owner})
-        add = parse_ids(add_blocked_by, "add_blocked_by")
-        remove = parse_ids(remove_blocked_by, "remove_blocked_by")
-        if not (fields or add or remove) or set(add) & set(remove):
-            raise TaskError("INVALID_ARGS", "pass at least one change, and never add and remove "
-                                            "the same id")
+        add = parse_ids(add_blocked_by)
+        remove = parse_ids(remove_blocked_by)
+        if set(add) & set(remove):
+            raise TaskError("INVALID_ARGS", "never add and remove the same id in one update")
         deleting = status == "deleted"
         if deleting and (add or remove):
             raise TaskError("INVALID_ARGS", "deleting a task takes no edge changes; delete it on "
@@ -587,7 +583,7 @@ class TaskBoard:
         with self.locked():
             task = self.read(task_id)  # re-read inside the lock: what the caller saw may be stale
             edges = [b for b in dict.fromkeys(task["blockedBy"] + add) if b not in remove]
-            after = {**task, **fields, "blockedBy": [] if deleting else edges}  # deleted: waits for none
+            after = {**task, **fields, "blockedBy": [] if deleting else edges}  # deleted: waits
             board = self.read_all() if add or deleting else {}  # only these look past the task
             self.check_change(task, after, add, board)
             dependents = [t for t in board.values() if task_id in t["blockedBy"]]
@@ -598,12 +594,12 @@ class TaskBoard:
                                                         "updated_at": utc_now()})
             if after != task:  # a change that changes nothing writes nothing
                 write_json(self.path(task_id), {**after, "updated_at": utc_now()})
-        tasks = {t["id"]: t for t in self.tasks()}  # read again, lock-free, for the derived `blocks`
-        if after["status"] not in ("completed", "deleted") or after["status"] == task["status"]:
-            return tasks[task_id]
-        waited = {*tasks[task_id]["blocks"], *(t["id"] for t in dependents)}
-        freed = sorted(i for i in waited if unblocked(tasks[i], tasks))
-        return {"unblocked": freed, **tasks[task_id]}
+        tasks = by_id(self.tasks())  # read again, lock-free, for the derived `blocks`
+        result = tasks[task_id]
+        if after["status"] in ("completed", "deleted") and after["status"] != task["status"]:
+            waited = [t["id"] for t in dependents] if deleting else result["blocks"]  # who named it
+            result = {"unblocked": [i for i in waited if unblocked(tasks[i], tasks)], **result}
+        return result
 
     def check_change(self, task, after, add, board):
         """The rules a change must pass, on the files as they are now."""
@@ -611,20 +607,21 @@ class TaskBoard:
             raise TaskError("INVALID_STATUS", f"task {task['id']} is deleted and cannot change; "
                                               "create a new task")
         for blocker in add:
-            self.check_blocker(task["id"], blocker)
+            self.check_blocker(blocker)
+        # a new cycle must pass through this task (the board had none), so search from it;
+        # a task waiting for itself is the shortest cycle
         if add and (cycle := find_cycle({**board, task["id"]: after}, [task["id"]])):
             raise TaskError("INVALID_DEPENDENCY", f"that would close a dependency cycle "
                                                   f"{' -> '.join(map(str, cycle))}; drop one edge")
         if after["status"] in ("in_progress", "completed") and after["status"] != task["status"]:
-            blockers = {b: self.read(b) for b in after["blockedBy"]}  # a move, so a rename still works
+            blockers = {b: self.read(b) for b in after["blockedBy"]}  # a move: renaming stays free
             if waiting := open_blockers(after, blockers):
                 listed = ", ".join(f"{b} ({blockers[b]['status']})" for b in waiting)
                 raise TaskError("INVALID_STATUS", f"task {task['id']} cannot be {after['status']} "
                                 f"while blocked by {listed}; finish those first or remove the edge")
 
-    def check_blocker(self, task_id, blocker):
-        if blocker == task_id:
-            raise TaskError("INVALID_DEPENDENCY", f"task {task_id} cannot depend on itself")
+    def check_blocker(self, blocker):
+        """An edge may point only at a task that exists and is not deleted."""
         if not self.path(blocker).exists() or self.read(blocker)["status"] == "deleted":
             raise TaskError("INVALID_DEPENDENCY", f"there is no task {blocker}, or it is deleted. "
                                                   f"{ID_NOTE}")
@@ -633,7 +630,7 @@ class TaskBoard:
 # Views: a compact board for the model, Mermaid text for humans.
 def render_board(tasks, status=None, include_deleted=False):
     """One line per task (no descriptions: task_get has them), then counts and what is ready."""
-    by_id = {task["id"]: task for task in tasks}
+    everyone = by_id(tasks)
     if status:
         shown = [task for task in tasks if task["status"] == status]
     else:
@@ -643,17 +640,14 @@ def render_board(tasks, status=None, include_deleted=False):
         line = f"{MARKERS[task['status']]} #{task['id']} {task['subject']}"
         if task["owner"]:
             line += f"  @{task['owner']}"
-        if waiting := open_blockers(task, by_id):
+        if waiting := open_blockers(task, everyone):
             line += f"  (blocked by {', '.join(f'#{b}' for b in waiting)})"
         lines.append(line)
     counts = Counter(task["status"] for task in shown)
     summary = ", ".join(f"{counts[s]} {s}" for s in STATUSES if s != "deleted" or counts[s])
-    ready = [f"#{task['id']}" for task in shown if is_ready(task, by_id)]
+    ready = [f"#{task['id']}" for task in shown if is_ready(task, everyone)]
     lines.append(f"{len(shown)} tasks: {summary}; ready now: {', '.join(ready) or 'none'}")
     return "\n".join(lines)
-
-COLORS = {"pending": "#eeeeee,stroke:#888888", "in_progress": "#fff3cd,stroke:#d39e00",
-          "completed": "#d4edda,stroke:#28a745", "failed": "#f8d7da,stroke:#dc3545"}
 
 def render_mermaid(tasks):
     """The graph as Mermaid text, arrows from blocker to blocked: paste it into a Mermaid viewer."""
@@ -661,17 +655,18 @@ def render_mermaid(tasks):
     for task in tasks:
         if task["status"] != "deleted":
             label = f"{task['id']}: {task['subject']}".replace('"', "'").replace("\n", " ")
-            lines.append(f'    t{task["id"]}["{label}<br/>{task["status"]}"]:::{task["status"]}')
+            lines.append(f'    t{task["id"]}["{label}<br/>{task["status"]}"]')
             lines += [f"    t{blocker} --> t{task['id']}" for blocker in task["blockedBy"]]
-    return "\n".join(lines + [f"    classDef {status} fill:{color}" for status, color in COLORS.items()])
+    return "\n".join(lines)
 
 
 # The board as tools (for the model) and as slash commands (for you).
 BOARD = TaskBoard(WORKDIR / ".tasks")  # nothing on disk until the first task is created
 ID_NOTE = "Use only ids that an earlier tool result returned; never guess one."
-ANY_ID = {"anyOf": [{"type": "integer"}, {"type": "string"}]}  # "3" is fine too
-TASK_ID = {**ANY_ID, "description": "A task id, e.g. 3. " + ID_NOTE}
-TASK_IDS = {"type": "array", "items": ANY_ID}
+STATUS = {"type": "string", "enum": STATUSES}
+TASK_ID = {"anyOf": [{"type": "integer"}, {"type": "string"}],  # "3" is fine too
+           "description": "A task id, e.g. 3. " + ID_NOTE}
+TASK_IDS = {"type": "array", "items": TASK_ID}
 
 TASK_TOOLS = [
     {"name": "task_create",
@@ -680,7 +675,7 @@ TASK_TOOLS = [
                     "must be completed first - so create blockers first and take their ids from "
                     "the results. " + ID_NOTE,
      "input_schema": {"type": "object", "properties": {
-         "subject": {"type": "string", "description": "Short imperative title."},
+         "subject": {"type": "string"},
          "description": {"type": "string"}, "blocked_by": TASK_IDS}, "required": ["subject"]}},
     {"name": "task_update",
      "description": "Change one task: status, subject, description, owner, or what it waits for "
@@ -688,44 +683,40 @@ TASK_TOOLS = [
                     "its blockers are completed; completing returns `unblocked`, the tasks that "
                     "just became ready. " + ID_NOTE,
      "input_schema": {"type": "object", "properties": {
-         "task_id": TASK_ID, "status": {"type": "string", "enum": STATUSES},
+         "task_id": TASK_ID, "status": STATUS,
          "subject": {"type": "string"}, "description": {"type": "string"},
          "owner": {"type": "string"}, "add_blocked_by": TASK_IDS, "remove_blocked_by": TASK_IDS},
          "required": ["task_id"]}},
     {"name": "task_get",
-     "description": "One task in full, with its description and `blocks` (the tasks waiting for it).",
-     "input_schema": {"type": "object", "properties": {"task_id": TASK_ID}, "required": ["task_id"]}},
+     "description": "One task in full, with its description and `blocks` (what waits for it).",
+     "input_schema": {"type": "object", "properties": {"task_id": TASK_ID},
+                      "required": ["task_id"]}},
     {"name": "task_list",
      "description": "The board in brief: one line per task (status, id, subject, owner, open "
                     "blockers), then counts and the tasks ready now. No descriptions: use "
                     "task_get for those.",
      "input_schema": {"type": "object", "properties": {
-         "status": {"type": "string", "enum": STATUSES}, "include_deleted": {"type": "boolean"}}}},
+         "status": STATUS, "include_deleted": {"type": "boolean"}}}},
 ]
 
 def run_task_list(status=None, include_deleted=False):
-    if status is not None:
-        check_status(status)
+    check_fields({"status": status})  # the filter is checked like a status field
     return render_board(BOARD.tasks(), status, include_deleted)
 
-def as_json(task):
-    return json.dumps(task, ensure_ascii=False)
+def returning_json(method):
+    """A board method as a tool: the task it returns, as JSON."""
+    return lambda **args: json.dumps(method(**args), ensure_ascii=False)
 
-TASK_TOOL_HANDLERS = {
-    "task_create": lambda **args: as_json(BOARD.create(**args)),
-    "task_update": lambda **args: as_json(BOARD.update(**args)),
-    "task_get": lambda task_id: as_json(BOARD.get(task_id)),
-    "task_list": run_task_list,
-}
+TASK_TOOL_HANDLERS = {"task_create": returning_json(BOARD.create),
+                      "task_update": returning_json(BOARD.update),
+                      "task_get": returning_json(BOARD.get), "task_list": run_task_list}
 
 def show_tasks(arg, history):
     """/tasks [all | graph]: the board as the model sees it (all: deleted too; graph: Mermaid)"""
     try:
         tasks = BOARD.tasks()
-        if arg == "graph":
-            print(render_mermaid(tasks))
-        else:
-            print(render_board(tasks, include_deleted=arg == "all"))
+        print(render_mermaid(tasks) if arg == "graph" else
+              render_board(tasks, include_deleted=arg == "all"))
     except (TaskError, CorruptFile, OSError) as error:  # a broken board must not end the session
         print(f"[task board] {error}")
 
@@ -1129,7 +1120,7 @@ TOOLS = [
 ]
 
 TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read,  # s02: called with the call's input
-                 "write_file": run_write, "edit_file": run_edit,  # s07: the task tools run against BOARD
+                 "write_file": run_write, "edit_file": run_edit,  # s07: the task tools, on BOARD
                  **TASK_TOOL_HANDLERS, **TEAM_HANDLERS}  # s09: the team tools
 
 SLASH_COMMANDS = {"/tasks": show_tasks,  # s07: the board and its graph, for you
