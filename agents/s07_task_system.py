@@ -462,7 +462,8 @@ def by_id(tasks):
     return {task["id"]: task for task in tasks}
 
 def write_json(path, data):
-    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")  # the spine's
+    """Through the spine's write_atomic: a temp file, then a rename."""
+    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 def utc_now():
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -530,15 +531,18 @@ class TaskBoard:
         return [{**task, "blocks": blocks[task_id]} for task_id, task in board.items()]
 
     def get(self, task_id):
+        """One task in full, with its derived `blocks`."""
         task = self.read(parse_id(task_id))  # NOT_FOUND for an id the board never handed out
-        return by_id(self.tasks())[task["id"]]  # with its derived `blocks`
+        return by_id(self.tasks())[task["id"]]
 
     def ready(self):
+        """The tasks someone can start now."""
         tasks = by_id(self.tasks())
         return [task for task in tasks.values() if is_ready(task, tasks)]
 
     # -- changing: under the lock ----------------------------------------------------
     def create(self, subject, description="", blocked_by=None):
+        """A new pending task; the board picks its id, never the caller."""
         fields = check_fields({"subject": subject, "description": description})
         blockers = parse_ids(blocked_by)
         with self.locked():
@@ -578,7 +582,8 @@ class TaskBoard:
         with self.locked():
             task = self.read(task_id)  # re-read inside the lock: what the caller saw may be stale
             edges = [b for b in dict.fromkeys(task["blockedBy"] + add) if b not in remove]
-            after = {**task, **fields, "blockedBy": [] if deleting else edges}  # deleted: waits
+            # a deleted task waits for nothing, and (below) nothing waits for it any more
+            after = {**task, **fields, "blockedBy": [] if deleting else edges}
             board = self.read_all() if add or deleting else {}  # only these look past the task
             self.check_change(task, after, add, board)
             dependents = [t for t in board.values() if task_id in t["blockedBy"]]
@@ -592,7 +597,7 @@ class TaskBoard:
         tasks = by_id(self.tasks())  # read again, lock-free, for the derived `blocks`
         result = tasks[task_id]
         if after["status"] in ("completed", "deleted") and after["status"] != task["status"]:
-            waited = [t["id"] for t in dependents] if deleting else result["blocks"]  # who named it
+            waited = [t["id"] for t in dependents] if deleting else result["blocks"]  # who waited
             result = {"unblocked": [i for i in waited if unblocked(tasks[i], tasks)], **result}
         return result
 
