@@ -750,16 +750,17 @@ def os_lock(handle):
     finally:  # Windows wants the unlock said
         msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
 
-PARSED = {}  # path -> (the identity of the file, what it held)
+PARSED = {}  # the file's path as text -> (the identity of the file, what it held)
 
 def load_json(path):
     """json.loads of a file, parsed again only once the file changed. Every write is a new file
     (os.replace), so a changed file has a new identity: inode, modification time, size."""
     stat = path.stat()
     identity = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-    if PARSED.get(path, (None,))[0] != identity:
-        PARSED[path] = (identity, json.loads(path.read_text(encoding="utf-8")))
-    return PARSED[path][1]
+    key = str(path)  # cheaper to hash than the Path
+    if PARSED.get(key, (None,))[0] != identity:
+        PARSED[key] = (identity, json.loads(path.read_text(encoding="utf-8")))
+    return PARSED[key][1]
 
 
 # -- s09: a team that works from the board: mailboxes, protocols, teammates -------
