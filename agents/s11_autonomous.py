@@ -59,9 +59,9 @@ OUTPUT_LIMIT = 50_000  # characters of tool output sent back to the model
 client = Anthropic(api_key=API_KEY, auth_token=AUTH_TOKEN) if API_KEY or AUTH_TOKEN else None
 SYSTEM = (f"You are a coding agent working in {WORKDIR}. "  # s02: where the model works
           "Use the tools to inspect and change files; act, then report briefly.")
-SYSTEM += (" For multi-step work keep the task board: task_create the steps, link them with blocked_by,"  # s07: plan
-           " set each in_progress then completed. The board lives in .tasks/ and outlives this"  # s07: plan
-           " conversation; use only task ids that a tool result gave you.")  # s07: plan on the board
+SYSTEM += (" For multi-step work keep the task board: task_create the steps, link them"  # s07: plan
+           " with blocked_by, set each in_progress then completed. The board lives in .tasks/"
+           " and outlives this conversation; use only task ids that a tool result gave you.")
 SYSTEM += (" You lead a team: plan on the board, team_review the plan with a reviewer,"  # s09: lead
            " then team_spawn teammates and team_send each its task; team_wait for their answers.")
 SYSTEM += (" team_spawn_autonomous starts workers that claim ready tasks"  # s11: workers
@@ -370,343 +370,406 @@ def drain(pipe, output):
 
 
 # -- s07: the task board - a dependency graph on disk that outlives the chat -----
-# One JSON file per task in .tasks/, plus .highwatermark (the last id handed out) and .lock. Only
-# `blockedBy` is stored; `blocks` is derived. Readers never lock: each file is replaced whole. A change
-# holds the lock only for what it needs: a status change reads the task and its blockers; only new
-# edges and deletions read the whole board (for the cycle check, and for who names the task).
+# One JSON file per task in .tasks/, plus .highwatermark (the last id handed out) and .lock.
+# Only `blockedBy` is stored; `blocks` is derived. Readers never lock: every file is replaced
+# whole. A change takes the lock, re-reads what it decides on, checks every rule, then writes.
 import contextlib
-import re
+from collections import Counter
 from datetime import datetime, timezone
 
-if os.name == "nt":
-    import msvcrt
-else:
-    import fcntl
-
-TASK_STATUSES = ("pending", "in_progress", "completed", "failed", "deleted")
-MARKERS = {"pending": "[ ]", "in_progress": "[>]", "completed": "[x]", "failed": "[!]", "deleted": "[-]"}
+MARKERS = {"pending": "[ ]", "in_progress": "[>]", "completed": "[x]", "failed": "[!]",
+           "deleted": "[-]"}
+STATUSES = list(MARKERS)
 
 class TaskError(ValueError):
-    """A request the board refuses. `.code` is for programs, the message tells the model what to do."""
-    def __init__(self, code: str, message: str):
+    """A request the board refuses: `.code` for programs, the message tells the model what to do."""
+    def __init__(self, code, message):
         super().__init__(f"{code}: {message}")
         self.code = code
 
 class CorruptFile(Exception):
-    """A state file that cannot be trusted: named, and left alone, rather than guessed at or overwritten."""
-    def __init__(self, path: Path, reason: str):
-        super().__init__(f"{path}: {reason}. It is left as it is: fix it by hand or move it away, then retry.")
+    """A state file that cannot be trusted: named and left alone, never guessed at or rewritten."""
+    def __init__(self, path, reason):
+        super().__init__(f"{path}: {reason}. It is left as it is: fix it or move it, then retry.")
 
-@contextlib.contextmanager
-def file_lock(path: Path):
-    """Hold an exclusive lock on `path`; it excludes other threads and other processes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as handle:  # a handle of its own per holder, so threads exclude each other too
-        if os.name == "nt":
-            windows_lock(handle, msvcrt.LK_LOCK)
-        else:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:  # POSIX unlocks when the handle closes; Windows wants it said
-            if os.name == "nt":
-                windows_lock(handle, msvcrt.LK_UNLCK)
+# The rules of the graph, each in one place. `tasks` maps ids to tasks.
+def open_blockers(task, tasks):
+    """What `task` still waits for: its blockers not completed (a failed one blocks too)."""
+    return [blocker for blocker in task["blockedBy"] if tasks[blocker]["status"] != "completed"]
 
-def windows_lock(handle, mode: int) -> None:
-    while True:  # byte 0 of the file; LK_LOCK gives up after ~10 s, and a busy board is a reason to wait
-        with contextlib.suppress(OSError):
-            handle.seek(0)
-            return msvcrt.locking(handle.fileno(), mode, 1)
+def unblocked(task, tasks):
+    """Pending, and nothing left to wait for."""
+    return task["status"] == "pending" and not open_blockers(task, tasks)
 
-def write_json(path: Path, data) -> None:
-    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")  # the spine's temp file + rename
+def is_ready(task, tasks):
+    """Someone can start it now: unblocked, and nobody has it."""
+    return not task["owner"] and unblocked(task, tasks)
 
-def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-def parse_id(value) -> int:
-    """Ids are positive integers; models sometimes send them as strings ("3"), which is fine."""
-    text = str(value).strip() if isinstance(value, (int, str)) and not isinstance(value, bool) else ""
-    if not (text.isascii() and text.isdigit() and len(text) < 19 and int(text) > 0):
-        raise TaskError("INVALID_ARGS", f"a task id must be a positive integer such as 3, got {value!r}; "
-                                        "use only ids that task_create or task_list returned")
-    return int(text)
-
-def parse_ids(values, field: str) -> list[int]:
-    if values is not None and not isinstance(values, list):
-        raise TaskError("INVALID_ARGS", f"{field} must be a list of task ids such as [1, 2], got {values!r}")
-    return list(dict.fromkeys(parse_id(v) for v in values or []))  # dedupe, keep order
-
-def check_fields(fields: dict) -> dict:
-    """The fields a caller set (None: not set), checked before any file is touched."""
-    fields = {name: value for name, value in fields.items() if value is not None}
-    for name, value in fields.items():
-        if not isinstance(value, str) or name == "subject" and not value.strip():
-            raise TaskError("INVALID_ARGS", f"{name} must {'not be empty' if isinstance(value, str) else 'be text'}")
-    if fields.get("status", "pending") not in TASK_STATUSES:
-        raise TaskError("INVALID_STATUS", f"unknown status {fields['status']!r}; use one of: {TASK_STATUSES}")
-    return {name: value.strip() if name in ("subject", "owner") else value for name, value in fields.items()}
-
-def record_problem(task, task_id: int) -> str | None:
-    """Why a task record read from disk cannot be trusted, or None if it looks sound."""
-    if not isinstance(task, dict) or task.get("id") != task_id or type(task["id"]) is not int:
-        return f"not a task record with id {task_id} (the file name's number)"
-    if task.get("status") not in TASK_STATUSES:
-        return f"unknown status {task.get('status')!r} (allowed: {', '.join(TASK_STATUSES)})"
-    blocked_by = task.get("blockedBy")
-    if not isinstance(blocked_by, list) or any(type(b) is not int for b in blocked_by) or task_id in blocked_by:
-        return "blockedBy must be a list of other tasks' integer ids"
-    bad = [f for f in ("subject", "description", "owner", "created_at", "updated_at") if type(task.get(f)) is not str]
-    return f"{bad[0]} must be a string" if bad else None
-
-def find_cycle(blocked_by: dict[int, list[int]]) -> list[int] | None:
-    """One dependency cycle in blocker-first order ([3, 5, 3]: 3 must finish before 5, 5 before 3)."""
-    state = {}  # task id -> "open" while on the current path, "done" once fully explored
-    for start in sorted(set(blocked_by) - set(state)):
-        path, stack, state[start] = [start], [iter(blocked_by[start])], "open"
-        while stack:
-            nxt = next(stack[-1], None)
-            if nxt is None:
-                state[path.pop()] = "done"
-                stack.pop()
-            elif state.get(nxt) == "open":
-                return (path[path.index(nxt):] + [nxt])[::-1]  # each waits for the next: reversed, blockers first
-            elif nxt in blocked_by and nxt not in state:
-                state[nxt] = "open"
-                path.append(nxt)
-                stack.append(iter(blocked_by[nxt]))
+def find_cycle(board, starts):
+    """A dependency cycle reached from `starts`, in blocker-first order ([3, 5, 3]: 3 must finish
+    before 5, 5 before 3), or None. A depth-first search without recursion, so a long chain
+    cannot exhaust Python's recursion limit."""
+    done = set()  # tasks whose blockers were all explored: no cycle through them
+    for start in starts:
+        # The path walked so far, in order: each task on it waits for the next. With each task,
+        # an iterator over the blockers not looked at yet.
+        path = {start: iter(board[start]["blockedBy"])}
+        while path:
+            last = next(reversed(path))
+            blocker = next(path[last], None)
+            if blocker is None:
+                done.add(last)
+                del path[last]
+            elif blocker in path:  # back on the path: a cycle; reversed, blockers come first
+                ids = list(path)
+                return [blocker, *reversed(ids[ids.index(blocker):])]
+            elif blocker not in done:
+                path[blocker] = iter(board[blocker]["blockedBy"])
     return None
 
-def format_cycle(cycle: list[int], start: int | None = None) -> str:
-    """'3 -> 5 -> 3', rotated to begin at `start` when it is on the cycle."""
-    if start in cycle:
-        cycle = cycle[cycle.index(start):-1] + cycle[:cycle.index(start)] + [start]
-    return " -> ".join(str(task_id) for task_id in cycle)
+# What comes in, from a caller before any file is touched, or from a file before it is used.
+def parse_id(value):
+    """A positive integer; models sometimes send it as text ("3"), which is fine."""
+    text = str(value).strip() if type(value) in (int, str) else ""  # not True, not 1.5
+    if not re.fullmatch(r"[1-9][0-9]{0,17}", text):  # 1 to 18 digits, no leading zero
+        raise TaskError("INVALID_ARGS", f"a task id must be a positive integer such as 3, "
+                                        f"got {value!r}. {ID_NOTE}")
+    return int(text)
 
-def unblocked(task: dict, tasks: dict[int, dict]) -> bool:
-    """Pending, and every blocker completed (a failed blocker still blocks)."""
-    return task["status"] == "pending" and all(tasks[b]["status"] == "completed" for b in task["blockedBy"])
+def parse_ids(values):
+    if values is None:
+        return []
+    if not isinstance(values, list):
+        raise TaskError("INVALID_ARGS", f"expected a list of ids such as [1, 2], got {values!r}")
+    return list(dict.fromkeys(map(parse_id, values)))  # each id once, in order
+
+def check_fields(fields):
+    """The fields a caller set (None: not set), as they will be stored."""
+    fields = {name: value for name, value in fields.items() if value is not None}
+    for name, value in fields.items():
+        if not isinstance(value, str):
+            raise TaskError("INVALID_ARGS", f"{name} must be text, got {value!r}")
+    if fields.get("status", "pending") not in STATUSES:
+        raise TaskError("INVALID_STATUS", f"unknown status {fields['status']!r}; use one of: "
+                                          f"{', '.join(STATUSES)}")
+    if "subject" in fields:
+        fields["subject"] = fields["subject"].strip()
+        if not fields["subject"]:
+            raise TaskError("INVALID_ARGS", "subject must not be empty")
+    return fields
+
+def record_problem(task, task_id):
+    """Why a task record read from disk cannot be trusted, or None when it looks sound."""
+    if not isinstance(task, dict) or type(task.get("id")) is not int or task["id"] != task_id:
+        return f"not a task record with id {task_id} (the number in its file name)"
+    if task.get("status") not in STATUSES:
+        return f"unknown status {task.get('status')!r} (allowed: {', '.join(STATUSES)})"
+    edges = task.get("blockedBy")
+    if not isinstance(edges, list) or any(type(b) is not int for b in edges):
+        return "blockedBy must be a list of task ids (integers)"
+    for field in ("subject", "description", "owner", "created_at", "updated_at"):
+        if type(task.get(field)) is not str:
+            return f"{field} must be a string"
+    return None
+
+def by_id(tasks):
+    return {task["id"]: task for task in tasks}
+
+def write_json(path, data):
+    """Through the spine's write_atomic: a temp file, then a rename."""
+    write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+def utc_now():
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+@contextlib.contextmanager
+def file_lock(path):
+    """Hold an exclusive lock on `path`; it keeps out other threads and other processes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as handle, os_lock(handle):  # a handle per holder: threads wait too
+        yield
 
 class TaskBoard:
-    """A task graph, one JSON file per task, shared by threads and processes; a refused change writes nothing."""
+    """The graph in a folder, shared by threads and processes; a refused change writes nothing."""
 
-    def __init__(self, folder: Path):
-        self.dir, self.seen = Path(folder), {}  # task id -> (the file's identity, the task): each file parsed once
+    def __init__(self, folder):
+        self.dir = Path(folder)
 
-    # -- reading: no lock ---------------------------------------------------------
-    def path(self, task_id: int) -> Path:
+    def path(self, task_id):
         return self.dir / f"task_{task_id}.json"
 
-    def read(self, task_id: int) -> dict:
+    def locked(self):
+        return file_lock(self.dir / ".lock")
+
+    # -- reading: no lock ---------------------------------------------------------
+    def read(self, task_id):
+        """One task as its file says: NOT_FOUND if there is none, CorruptFile if it is unsound."""
         path = self.path(task_id)
         try:
-            stat = path.stat()
-            identity = (stat.st_ino, stat.st_mtime_ns, stat.st_size)  # a change is a new file (os.replace)
-            if self.seen.get(task_id, (None,))[0] == identity:
-                return self.seen[task_id][1]
-            task = json.loads(path.read_text(encoding="utf-8"))
+            task = load_json(path)
         except FileNotFoundError:
-            raise TaskError("NOT_FOUND", f"there is no task {task_id}; call task_list to see the ids") from None
+            raise TaskError("NOT_FOUND", f"there is no task {task_id}; see task_list") from None
         except (OSError, ValueError) as error:  # ValueError: bad UTF-8 or bad JSON
             raise CorruptFile(path, f"cannot be read as JSON ({error})") from None
         if problem := record_problem(task, task_id):
             raise CorruptFile(path, problem)
-        self.seen[task_id] = (identity, task)
         return task
 
-    def read_all(self) -> dict[int, dict]:
-        """Every task, checked as a whole: an edge to nothing, or a cycle, is corruption too."""
-        ids = sorted(int(p.stem[5:]) for p in self.dir.glob("task_*.json") if re.fullmatch(r"task_[1-9]\d*", p.stem))
+    def read_all(self):
+        """Every task by id, checked as a whole: an edge to a missing or deleted task, or a
+        cycle, is corruption too."""
+        ids = sorted(int(p.stem[5:]) for p in self.dir.glob("task_*.json")
+                     if re.fullmatch(r"task_[1-9][0-9]*", p.stem))  # not task_07, not task_x
         board = {task_id: self.read(task_id) for task_id in ids}
         for task in board.values():
             for blocker in task["blockedBy"]:
-                if board.get(blocker, {"status": "deleted"})["status"] == "deleted":
-                    raise CorruptFile(self.path(task["id"]), f"blocked by task {blocker}, deleted or gone")
-        if cycle := find_cycle({i: t["blockedBy"] for i, t in board.items() if t["status"] != "deleted"}):
-            raise CorruptFile(self.path(cycle[0]), f"dependency cycle {format_cycle(cycle)}")
+                if blocker not in board or board[blocker]["status"] == "deleted":
+                    raise CorruptFile(self.path(task["id"]), f"blocked by task {blocker}, "
+                                                             "deleted or gone")
+        if cycle := find_cycle(board, sorted(board)):  # made by hand: no update lets one in
+            raise CorruptFile(self.path(cycle[0]),
+                              f"dependency cycle {' -> '.join(map(str, cycle))}")
         return board
 
-    def tasks(self) -> list[dict]:
-        """Every task, deleted ones included, with `blocks` derived from everyone's blockedBy."""
+    def tasks(self):
+        """Every task, deleted ones too, with `blocks` derived from everyone's blockedBy."""
         try:
             board = self.read_all()
-        except CorruptFile:  # or a change made while we read, file by file, half seen: look again, alone
+        except CorruptFile:  # or a change seen half made, file by file: look again, alone
             with self.locked():
                 board = self.read_all()
         blocks = {task_id: [] for task_id in board}
-        for task in (t for t in board.values() if t["status"] != "deleted"):  # a deleted task waits for nothing
+        for task in board.values():
             for blocker in task["blockedBy"]:
                 blocks[blocker].append(task["id"])
-        return [{**task, "blocks": blocks[task["id"]]} for task in board.values()]
+        return [{**task, "blocks": blocks[task_id]} for task_id, task in board.items()]
 
-    def get(self, task_id) -> dict:
+    def get(self, task_id):
+        """One task in full, with its derived `blocks`."""
         task = self.read(parse_id(task_id))  # NOT_FOUND for an id the board never handed out
-        return next(t for t in self.tasks() if t["id"] == task["id"])  # with its derived `blocks`
+        return by_id(self.tasks())[task["id"]]
 
-    def ready(self) -> list[dict]:
-        """Tasks someone can start now: pending, unowned, every blocker completed."""
-        tasks = {t["id"]: t for t in self.tasks()}
-        return [t for t in tasks.values() if not t["owner"] and unblocked(t, tasks)]
+    def ready(self):
+        """The tasks someone can start now."""
+        tasks = by_id(self.tasks())
+        return [task for task in tasks.values() if is_ready(task, tasks)]
 
     # -- changing: under the lock ----------------------------------------------------
-    def locked(self):
-        return file_lock(self.dir / ".lock")
-
-    def create(self, subject: str, description: str = "", blocked_by: list | None = None) -> dict:
+    def create(self, subject, description="", blocked_by=None):
+        """A new pending task; the board picks its id, never the caller."""
         fields = check_fields({"subject": subject, "description": description})
-        blockers = parse_ids(blocked_by, "blocked_by")
+        blockers = parse_ids(blocked_by)
         with self.locked():
-            for stale in self.dir.glob(".*.tmp"):  # a writer killed mid-write left it: under the lock none is live
+            for stale in self.dir.glob(".*.tmp"):  # left by a writer killed mid-write: none is live
                 stale.unlink(missing_ok=True)
             for blocker in blockers:
-                self.check_blocker(None, blocker)  # a new task has no id yet and nothing waits for it: no cycle
-            last = self.dir / ".highwatermark"
-            text = last.read_text(encoding="utf-8").strip() if last.exists() else "0"
-            if not (text.isascii() and text.isdigit() and len(text) < 19):
-                raise CorruptFile(last, f"expected the last id handed out, found {text[:40]!r}")
-            task_id = int(text) + 1
+                self.check_blocker(blocker)  # nothing waits for a new task yet: no cycle
+            mark = self.dir / ".highwatermark"
+            try:
+                last = parse_id(mark.read_text(encoding="utf-8")) if mark.exists() else 0
+            except TaskError:
+                raise CorruptFile(mark, "expected the last id handed out") from None
+            task_id = last + 1
             while self.path(task_id).exists():  # a lost .highwatermark must never cost a task
                 task_id += 1
             now = utc_now()
-            task = {"id": task_id, **fields, "status": "pending", "blockedBy": blockers, "owner": "",
-                    "created_at": now, "updated_at": now}
-            write_json(last, task_id)  # first: a crash here only skips an id
+            task = {"id": task_id, **fields, "status": "pending", "blockedBy": blockers,
+                    "owner": "", "created_at": now, "updated_at": now}
+            write_json(mark, task_id)  # first: a crash between the two writes only skips an id
             write_json(self.path(task_id), task)
-        return {**task, "blocks": []}
+        return task
 
     def update(self, task_id, status=None, subject=None, description=None, owner=None,
-               add_blocked_by=None, remove_blocked_by=None) -> dict:
-        """Change one task. Completing or deleting it also returns `unblocked`: what just became ready."""
+               add_blocked_by=None, remove_blocked_by=None):
+        """Change one task. Completing or deleting it also returns `unblocked`: what it freed."""
         task_id = parse_id(task_id)
-        fields = check_fields({"status": status, "subject": subject, "description": description, "owner": owner})
-        add, remove = parse_ids(add_blocked_by, "add_blocked_by"), parse_ids(remove_blocked_by, "remove_blocked_by")
-        if not (fields or add or remove) or set(add) & set(remove):
-            raise TaskError("INVALID_ARGS", "pass at least one change (status, subject, description, owner, "
-                                            "add_blocked_by, remove_blocked_by), and never add and remove one id")
+        fields = check_fields({"status": status, "subject": subject, "description": description,
+                               "owner": owner})
+        add = parse_ids(add_blocked_by)
+        remove = parse_ids(remove_blocked_by)
+        if set(add) & set(remove):
+            raise TaskError("INVALID_ARGS", "never add and remove the same id in one update")
+        deleting = status == "deleted"
+        if deleting and (add or remove):
+            raise TaskError("INVALID_ARGS", "deleting a task takes no edge changes; delete it on "
+                                            "its own")
         with self.locked():
-            task = self.read(task_id)  # re-read inside the lock: someone may have changed it a moment ago
-            edges = list(dict.fromkeys(b for b in task["blockedBy"] + add if b not in remove))
-            after = {**task, **fields, "blockedBy": edges}
-            board = self.read_all() if add or after["status"] == "deleted" else {}  # only these need it all
-            self.check_rules(task, after, add, board)
+            task = self.read(task_id)  # re-read inside the lock: what the caller saw may be stale
+            edges = [b for b in dict.fromkeys(task["blockedBy"] + add) if b not in remove]
+            # a deleted task waits for nothing, and (below) nothing waits for it any more
+            after = {**task, **fields, "blockedBy": [] if deleting else edges}
+            board = self.read_all() if add or deleting else {}  # only these look past the task
+            self.check_change(task, after, add, board)
             dependents = [t for t in board.values() if task_id in t["blockedBy"]]
-            for other in dependents if after["status"] == "deleted" else []:  # first: no reader may see an
-                edges = [b for b in other["blockedBy"] if b != task_id]  # edge to a deleted task
-                write_json(self.path(other["id"]), {**other, "blockedBy": edges, "updated_at": utc_now()})
+            if deleting:  # the dependents first, so that no file ever names a deleted task
+                for other in dependents:
+                    kept = [b for b in other["blockedBy"] if b != task_id]
+                    write_json(self.path(other["id"]), {**other, "blockedBy": kept,
+                                                        "updated_at": utc_now()})
             if after != task:  # a change that changes nothing writes nothing
                 write_json(self.path(task_id), {**after, "updated_at": utc_now()})
-        tasks = {t["id"]: t for t in self.tasks()}  # read again, without the lock, for the derived `blocks`
-        if after["status"] not in ("completed", "deleted") or after == task:
-            return tasks[task_id]
-        waited = set(tasks[task_id]["blocks"]) | {d["id"] for d in dependents}
-        return {"unblocked": sorted(i for i in waited if unblocked(tasks[i], tasks)), **tasks[task_id]}
+        tasks = by_id(self.tasks())  # read again, lock-free, for the derived `blocks`
+        result = tasks[task_id]
+        if after["status"] in ("completed", "deleted") and after["status"] != task["status"]:
+            waited = [t["id"] for t in dependents] if deleting else result["blocks"]  # who waited
+            result = {"unblocked": [i for i in waited if unblocked(tasks[i], tasks)], **result}
+        return result
 
-    def check_rules(self, task: dict, after: dict, add: list[int], board: dict[int, dict]) -> None:
-        """Every rule a change must pass; nothing is written until all of them do."""
+    def check_change(self, task, after, add, board):
+        """The rules a change must pass, on the files as they are now."""
         if task["status"] == "deleted":
-            raise TaskError("INVALID_STATUS", f"task {task['id']} is deleted and cannot change; create a new task")
-        if after["status"] == "deleted" and after["blockedBy"] != task["blockedBy"]:
-            raise TaskError("INVALID_ARGS", "deleting a task takes no edge changes; delete it on its own")
+            raise TaskError("INVALID_STATUS", f"task {task['id']} is deleted and cannot change; "
+                                              "create a new task")
         for blocker in add:
-            self.check_blocker(task["id"], blocker)
-        live = {i: t["blockedBy"] for i, t in board.items() if t["status"] != "deleted"}
-        cycle = find_cycle({**live, task["id"]: after["blockedBy"]}) if add else None
-        if cycle:
+            self.check_blocker(blocker)
+        # a new cycle must pass through this task (the board had none), so search from it;
+        # a task waiting for itself is the shortest cycle
+        if add and (cycle := find_cycle({**board, task["id"]: after}, [task["id"]])):
             raise TaskError("INVALID_DEPENDENCY", f"that would close a dependency cycle "
-                                                  f"{format_cycle(cycle, task['id'])}; drop one of those edges")
-        if after["status"] in ("in_progress", "completed") and after["status"] != task["status"]:  # on the move only
-            waiting = [f"{b['id']} ({b['status']})" for b in map(self.read, after["blockedBy"])
-                       if b["status"] != "completed"]  # a failed blocker blocks too
-            if waiting:
-                raise TaskError("INVALID_STATUS", f"task {task['id']} cannot be {after['status']} while blocked by "
-                                                  f"{', '.join(waiting)}; finish those first or remove the edge")
+                                                  f"{' -> '.join(map(str, cycle))}; drop one edge")
+        if after["status"] in ("in_progress", "completed") and after["status"] != task["status"]:
+            blockers = {b: self.read(b) for b in after["blockedBy"]}  # a move: renaming stays free
+            if waiting := open_blockers(after, blockers):
+                listed = ", ".join(f"{b} ({blockers[b]['status']})" for b in waiting)
+                raise TaskError("INVALID_STATUS", f"task {task['id']} cannot be {after['status']} "
+                                f"while blocked by {listed}; finish those first or remove the edge")
 
-    def check_blocker(self, task_id: int | None, blocker: int) -> None:
-        if blocker == task_id:
-            raise TaskError("INVALID_DEPENDENCY", f"task {task_id} cannot depend on itself")
+    def check_blocker(self, blocker):
+        """An edge may point only at a task that exists and is not deleted."""
         if not self.path(blocker).exists() or self.read(blocker)["status"] == "deleted":
-            raise TaskError("INVALID_DEPENDENCY", f"there is no task {blocker}, or it is deleted; {ID_NOTE}")
+            raise TaskError("INVALID_DEPENDENCY", f"there is no task {blocker}, or it is deleted. "
+                                                  f"{ID_NOTE}")
 
 
 # Views: a compact board for the model, Mermaid text for humans.
-def render_board(tasks: list[dict], status: str | None = None, include_deleted: bool = False) -> str:
-    """One line per task (no descriptions: task_get has them), then counts per status."""
-    by_id = {t["id"]: t for t in tasks}
-    shown = [t for t in tasks if t["status"] == status] if status else \
-        [t for t in tasks if include_deleted or t["status"] != "deleted"]
-    if not shown:
-        return "No tasks" + (f" with status {status}" if status else "") + ". Create one with task_create."
+def render_board(tasks, status=None, include_deleted=False):
+    """One line per task (no descriptions: task_get has them), then counts and what is ready."""
+    everyone = by_id(tasks)
+    if status:
+        shown = [task for task in tasks if task["status"] == status]
+    else:
+        shown = [task for task in tasks if include_deleted or task["status"] != "deleted"]
     lines = []
-    for t in shown:
-        waiting = [f"#{b}" for b in t["blockedBy"] if by_id[b]["status"] != "completed"]
-        lines.append(f"{MARKERS[t['status']]} #{t['id']} {t['subject']}" + (f"  @{t['owner']}" if t["owner"] else "")
-                     + (f"  (blocked by {', '.join(waiting)})" if waiting and t["status"] != "deleted" else ""))
-    counts = ", ".join(f"{sum(t['status'] == s for t in shown)} {s}" for s in TASK_STATUSES
-                       if s != "deleted" or any(t["status"] == s for t in shown))
-    ready = [f"#{t['id']}" for t in shown if not t["owner"] and unblocked(t, by_id)]
-    return "\n".join(lines) + f"\n{len(shown)} tasks: {counts}; ready now: {', '.join(ready) or 'none'}"
+    for task in shown:
+        line = f"{MARKERS[task['status']]} #{task['id']} {task['subject']}"
+        if task["owner"]:
+            line += f"  @{task['owner']}"
+        if waiting := open_blockers(task, everyone):
+            line += f"  (blocked by {', '.join(f'#{b}' for b in waiting)})"
+        lines.append(line)
+    counts = Counter(task["status"] for task in shown)
+    summary = ", ".join(f"{counts[s]} {s}" for s in STATUSES if s != "deleted" or counts[s])
+    ready = [f"#{task['id']}" for task in shown if is_ready(task, everyone)]
+    lines.append(f"{len(shown)} tasks: {summary}; ready now: {', '.join(ready) or 'none'}")
+    return "\n".join(lines)
 
-def render_mermaid(tasks: list[dict]) -> str:
-    """The graph as Mermaid text: paste it into any Mermaid viewer. Arrows point from blocker to blocked."""
-    live = [t for t in tasks if t["status"] != "deleted"]
-    label = {t["id"]: f'{t["id"]}: {t["subject"]}'.replace('"', "'").replace("\n", " ") for t in live}
-    lines = ["flowchart TD"] + [f'    t{t["id"]}["{label[t["id"]]}<br/>{t["status"]}"]:::{t["status"]}' for t in live]
-    lines += [f"    t{b} --> t{t['id']}" for t in live for b in t["blockedBy"]]
-    colors = {"pending": "#eeeeee,stroke:#888888", "in_progress": "#fff3cd,stroke:#d39e00",
-              "completed": "#d4edda,stroke:#28a745", "failed": "#f8d7da,stroke:#dc3545"}
-    return "\n".join(lines + [f"    classDef {status} fill:{color}" for status, color in colors.items()])
+def render_mermaid(tasks):
+    """The graph as Mermaid text, arrows from blocker to blocked: paste it into a Mermaid viewer."""
+    lines = ["flowchart TD"]
+    for task in tasks:
+        if task["status"] != "deleted":
+            label = f"{task['id']}: {task['subject']}".replace('"', "'").replace("\n", " ")
+            lines.append(f'    t{task["id"]}["{label}<br/>{task["status"]}"]')
+            lines += [f"    t{blocker} --> t{task['id']}" for blocker in task["blockedBy"]]
+    return "\n".join(lines)
 
 
 # The board as tools (for the model) and as slash commands (for you).
 BOARD = TaskBoard(WORKDIR / ".tasks")  # nothing on disk until the first task is created
 ID_NOTE = "Use only ids that an earlier tool result returned; never guess one."
-TASK_ID = {"anyOf": [{"type": "integer"}, {"type": "string"}], "description": "A task id, e.g. 3. " + ID_NOTE}
-TASK_IDS = {"type": "array", "items": {"anyOf": [{"type": "integer"}, {"type": "string"}]}}
+STATUS = {"type": "string", "enum": STATUSES}
+TASK_ID = {"anyOf": [{"type": "integer"}, {"type": "string"}],  # "3" is fine too
+           "description": "A task id, e.g. 3. " + ID_NOTE}
+TASK_IDS = {"type": "array", "items": TASK_ID}
 
 TASK_TOOLS = [
     {"name": "task_create",
-     "description": "Add a task to the persistent task board (.tasks/; it survives restarts); returns it with "
-                    "the id the board gave it. blocked_by: ids of tasks that must be completed first - so create "
-                    "blockers first and take their ids from the results. " + ID_NOTE,
+     "description": "Add a task to the persistent task board (.tasks/; it survives restarts); "
+                    "returns it with the id the board gave it. blocked_by: ids of tasks that "
+                    "must be completed first - so create blockers first and take their ids from "
+                    "the results. " + ID_NOTE,
      "input_schema": {"type": "object", "properties": {
-         "subject": {"type": "string", "description": "Short imperative title."},
+         "subject": {"type": "string"},
          "description": {"type": "string"}, "blocked_by": TASK_IDS}, "required": ["subject"]}},
     {"name": "task_update",
-     "description": "Change one task: status, subject, description, owner, or what it waits for (add_blocked_by, "
-                    "remove_blocked_by). It can start or complete only once all its blockers are completed; "
-                    "completing returns `unblocked`, the tasks that just became ready. " + ID_NOTE,
+     "description": "Change one task: status, subject, description, owner, or what it waits for "
+                    "(add_blocked_by, remove_blocked_by). It can start or complete only once all "
+                    "its blockers are completed; completing returns `unblocked`, the tasks that "
+                    "just became ready. " + ID_NOTE,
      "input_schema": {"type": "object", "properties": {
-         "task_id": TASK_ID, "status": {"type": "string", "enum": list(TASK_STATUSES)},
-         "subject": {"type": "string"}, "description": {"type": "string"}, "owner": {"type": "string"},
-         "add_blocked_by": TASK_IDS, "remove_blocked_by": TASK_IDS}, "required": ["task_id"]}},
+         "task_id": TASK_ID, "status": STATUS,
+         "subject": {"type": "string"}, "description": {"type": "string"},
+         "owner": {"type": "string"}, "add_blocked_by": TASK_IDS, "remove_blocked_by": TASK_IDS},
+         "required": ["task_id"]}},
     {"name": "task_get",
-     "description": "One task in full, with its description and `blocks` (the tasks waiting for it).",
-     "input_schema": {"type": "object", "properties": {"task_id": TASK_ID}, "required": ["task_id"]}},
+     "description": "One task in full, with its description and `blocks` (what waits for it).",
+     "input_schema": {"type": "object", "properties": {"task_id": TASK_ID},
+                      "required": ["task_id"]}},
     {"name": "task_list",
-     "description": "The board in brief: one line per task (status, id, subject, owner, open blockers), then "
-                    "counts and the tasks ready now. No descriptions: use task_get for those.",
+     "description": "The board in brief: one line per task (status, id, subject, owner, open "
+                    "blockers), then counts and the tasks ready now. No descriptions: use "
+                    "task_get for those.",
      "input_schema": {"type": "object", "properties": {
-         "status": {"type": "string", "enum": list(TASK_STATUSES)}, "include_deleted": {"type": "boolean"}}}},
+         "status": STATUS, "include_deleted": {"type": "boolean"}}}},
 ]
 
-def run_task_list(status: str | None = None, include_deleted: bool = False) -> str:
-    check_fields({"status": status})
+def run_task_list(status=None, include_deleted=False):
+    check_fields({"status": status})  # the filter is checked like a status field
     return render_board(BOARD.tasks(), status, include_deleted)
 
-TASK_TOOL_HANDLERS = {
-    "task_create": lambda **args: json.dumps(BOARD.create(**args), ensure_ascii=False),
-    "task_update": lambda **args: json.dumps(BOARD.update(**args), ensure_ascii=False),
-    "task_get": lambda task_id: json.dumps(BOARD.get(task_id), ensure_ascii=False),
-    "task_list": run_task_list,
-}
+def returning_json(method):
+    """A board method as a tool: the task it returns, as JSON."""
+    return lambda **args: json.dumps(method(**args), ensure_ascii=False)
 
-def show_tasks(arg: str, history: list) -> None:
-    """/tasks [all | graph]: the board as the model sees it (all: with deleted tasks; graph: as Mermaid)"""
+TASK_TOOL_HANDLERS = {"task_create": returning_json(BOARD.create),
+                      "task_update": returning_json(BOARD.update),
+                      "task_get": returning_json(BOARD.get), "task_list": run_task_list}
+
+def show_tasks(arg, history):
+    """/tasks [all | graph]: the board as the model sees it (all: deleted too; graph: Mermaid)"""
     try:
         tasks = BOARD.tasks()
-        print(render_mermaid(tasks) if arg == "graph" else render_board(tasks, include_deleted=arg == "all"))
+        print(render_mermaid(tasks) if arg == "graph" else
+              render_board(tasks, include_deleted=arg == "all"))
     except (TaskError, CorruptFile, OSError) as error:  # a broken board must not end the session
         print(f"[task board] {error}")
+
+
+# .. plumbing: the lock on each platform, and each file parsed once .....................
+if os.name == "nt":
+    import msvcrt
+else:
+    import fcntl
+
+@contextlib.contextmanager
+def os_lock(handle):
+    """POSIX: flock, freed when the handle closes. Windows: msvcrt on byte 0, retried, because
+    LK_LOCK gives up after about 10 s and a busy board is a reason to wait, not to fail."""
+    if os.name != "nt":
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        yield
+        return
+    while True:
+        with contextlib.suppress(OSError):
+            handle.seek(0)
+            msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK, 1)
+            break
+    try:
+        yield
+    finally:  # Windows wants the unlock said
+        msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
+
+PARSED = {}  # the file's path as text -> (the identity of the file, what it held)
+
+def load_json(path):
+    """json.loads of a file, parsed again only once the file changed. Every write is a new file
+    (os.replace), so a changed file has a new identity: inode, modification time, size."""
+    stat = path.stat()
+    identity = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+    key = str(path)  # cheaper to hash than the Path
+    if PARSED.get(key, (None,))[0] != identity:
+        PARSED[key] = (identity, json.loads(path.read_text(encoding="utf-8")))
+    return PARSED[key][1]
 
 
 # -- s09: a team that works from the board: mailboxes, protocols, teammates -------
@@ -1418,7 +1481,7 @@ TOOLS = [
 ]
 
 TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read,  # s02: called with the call's input
-                 "write_file": run_write, "edit_file": run_edit,  # s07: the task tools run against BOARD
+                 "write_file": run_write, "edit_file": run_edit,  # s07: the task tools, on BOARD
                  **TASK_TOOL_HANDLERS, **TEAM_HANDLERS,  # s11: workers that find their own work
                  "team_spawn_autonomous": run_team_spawn_autonomous}
 

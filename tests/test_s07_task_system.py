@@ -512,7 +512,7 @@ def test_slash_commands_print_the_board_and_a_mermaid_graph(agent, standin, type
     out = capsys.readouterr().out
     assert '[ ] #2 Build the "core"  (blocked by #1)' in out
     assert "flowchart TD" in out and "t1 --> t2" in out
-    assert """t2["2: Build the 'core'<br/>pending"]:::pending""" in out
+    assert """t2["2: Build the 'core'<br/>pending"]""" in out
     assert standin.requests == []
 
 
