@@ -58,7 +58,8 @@ def make_log(service: str, chars: int) -> str:
                 "token refreshed",
             ]
         )
-        line = f"2025-03-01T{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d} {level:<5} {service}: {event} (req {rng.randint(1000, 9999)})"
+        clock = f"{second // 3600:02d}:{second // 60 % 60:02d}:{second % 60:02d}"
+        line = f"2025-03-01T{clock} {level:<5} {service}: {event} (req {rng.randint(1000, 9999)})"
         lines.append(line)
         size += len(line) + 1
     return "\n".join(lines) + "\n"
@@ -143,7 +144,8 @@ def policy(request: dict) -> list:
         ]
         if last_call["name"] == "write_file":
             return [
-                f"Wrote report.md with {len(counts(all_text(request)))} logs, highest error count first."
+                f"Wrote report.md with {len(counts(all_text(request)))} logs, "
+                "highest error count first."
             ]
         text = result_text(results[-1])
         path = last_call["input"].get("path")
@@ -194,7 +196,10 @@ def summary(session: str) -> str:
             "1. Goals: " + (" / ".join(requests[-3:]) or "see the earlier summary"),
             f"2. Done: read {len(notes)} logs and counted their ERROR lines: {note_text}.",
             "3. Files: read " + (", ".join(notes) or "none") + "; none changed.",
-            "4. Decisions: read one log at a time and note its count at once, so the numbers survive clearing.",
+            (
+                "4. Decisions: read one log at a time and note its count at once, "
+                "so the numbers survive clearing."
+            ),
             "5. Open items: " + (", ".join(unread) + " not read yet." if unread else "none."),
             "6. Next step: "
             + ("read " + ", ".join(unread) if unread else "wait for the user's next request."),

@@ -60,7 +60,8 @@ def plan(step: int, ids: dict) -> list:
     if step == 3:
         return [tool_use("task_list", {})]
     return [
-        "The plan is on the board: the API and the docs wait for the design, and shipping waits for both."
+        "The plan is on the board: the API and the docs wait for the design, "
+        "and shipping waits for both."
     ]
 
 

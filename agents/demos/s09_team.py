@@ -93,7 +93,8 @@ def builder(request: dict) -> list:
             tool_use(
                 "bash",
                 {
-                    "command": f"echo 'work on task {task_id}' >> worklog.txt && tail -n 1 worklog.txt"
+                    "command": f"echo 'work on task {task_id}' >> worklog.txt"
+                    " && tail -n 1 worklog.txt"
                 },
             )
         ]
@@ -121,7 +122,8 @@ def lead(request: dict) -> list:
                     {
                         "name": "reviewer",
                         "role": "reviews plans before work starts",
-                        "prompt": "You are a strict reviewer: approve a plan only if it runs the tests.",
+                        "prompt": "You are a strict reviewer: "
+                        "approve a plan only if it runs the tests.",
                     },
                 )
             ],
@@ -187,6 +189,7 @@ def finish(namespace: dict, workdir: Path) -> None:
             protocol = f" [{message['protocol']}]" if message.get("protocol") else ""
             text = message["content"].replace("\n", " ")
             print(
-                f"  {path.name:<14} {message['kind']:<8}{protocol} {message['from']} -> {message['to']}: "
+                f"  {path.name:<14} {message['kind']:<8}{protocol} "
+                f"{message['from']} -> {message['to']}: "
                 f"{text[:60] + ('...' if len(text) > 60 else '')}"
             )

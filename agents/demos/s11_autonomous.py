@@ -1,4 +1,5 @@
-"""Scripted model and script for the s11 offline demo (not a real model: every turn is written here).
+"""Scripted model and script for the s11 offline demo (not a real model: every turn is written
+here).
 
 Three acts, all real: real worker processes, a real SIGKILL, the step's own claim().
 
@@ -174,7 +175,8 @@ def naive_claim(board, write_json, task_id: int, owner: str, line_up: threading.
     task = board.read(task_id)  # 1. read
     if task["status"] != "pending" or task["owner"]:  # 2. check
         return False
-    line_up.wait()  # every worker has read "pending" before anyone writes: the window a real race hits by luck
+    # Every worker has read "pending" before anyone writes: the window a real race hits by luck.
+    line_up.wait()
     write_json(board.path(task_id), {**task, "status": "in_progress", "owner": owner})  # 3. write
     return True
 
@@ -205,8 +207,9 @@ def naive_versus_claim(namespace: dict, workdir: Path) -> None:
         owner = board.read(task_id)["owner"]
         if label == "naive":
             print(
-                f"[race] naive claim (read, check, write, no lock): {', '.join(winners)} each believe #{task_id} "
-                f"is theirs - it would run {len(winners)} times; the file names only {owner}"
+                f"[race] naive claim (read, check, write, no lock): {', '.join(winners)} "
+                f"each believe #{task_id} is theirs - it would run {len(winners)} times; "
+                f"the file names only {owner}"
             )
         else:
             losers = [

@@ -14,8 +14,9 @@ the official `anthropic` SDK talks to it unchanged. The steps never know.
 
 Read in this order: this header (the rules it follows), server.py (StandIn.handle), then
 protocol.py (validate_request); replies.py holds the replies and QUIRKS, cache.py the cache
-ledger; demo.py (the demo runner and --trace), proxy.py (the recording proxy) and page.py
-(the trace page) come last. Everything is importable from the package: `import offline`.
+ledger; demo.py (the demo runner and --trace), proxy.py (the recording proxy), answers.py (how
+it reads what it relays) and page.py (the trace page) come last. Everything is importable
+from the package: `import offline`.
 
 Policies. A policy is a function `policy(request: dict)` that looks at the request
 (system prompt, messages, tools) and returns the next assistant turn: a list of
@@ -78,6 +79,7 @@ the run is written as one self-contained page; with a real key, --trace records
 through a forwarding proxy to the real endpoint instead.
 """
 
+from .answers import chunked_whole, dechunk, is_event_stream, read_sse, rebuild
 from .cache import CACHE_MIN_TOKENS, CACHE_TTL, CacheLedger, cache_units
 from .demo import (BANNER, flag_value, load_demo, run, run_demo, run_traced, save_trace,
                    scripted_input, session_folders, trace_problem, unrecorded)
@@ -86,7 +88,7 @@ from .page import (AGENT_LABELS, PAGE_STYLE, Drawn, agent_of, render_block, rend
 from .protocol import (Interner, ScriptedModel, blocks_of, estimate_tokens, is_prompt,
                        last_user_text, latest_results, result_text, steps_since_prompt,
                        system_text, validate_request)
-from .proxy import ForwardingProxy, chunked_whole, dechunk, is_event_stream, read_sse, rebuild
+from .proxy import ForwardingProxy
 from .replies import QUIRKS, Policy, Reply, make_message, reply, tool_use
 from .server import ERROR_TYPES, MALFORMED, STREAM_FAULTS, STREAM_PIECE, StandIn, sse_events
 

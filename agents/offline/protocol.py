@@ -191,38 +191,39 @@ def _check_messages(body: dict) -> str | None:
     return None
 
 
+# Which block types each role may send.
+ALLOWED_BLOCKS = {"user": {"text", "image", "document", "tool_result"},
+                  "assistant": {"text", "tool_use", "thinking", "redacted_thinking"}}
+
+
 def _check_content(where: str, message: dict) -> str | None:
     content = message.get("content")
     if isinstance(content, str):
         return None if content.strip() else f"{where}: text content must be non-empty"
     if not isinstance(content, list) or not content:
         return f"{where}: content must be a non-empty string or a non-empty list of blocks"
-    allowed = {"user": {"text", "image", "document", "tool_result"},
-               "assistant": {"text", "tool_use", "thinking", "redacted_thinking"}}[message["role"]]
     for j, block in enumerate(content):
-        kind = block.get("type") if isinstance(block, dict) else None
-        if kind not in allowed:
-            return (f"{where}.content.{j}: block type {kind!r} is not allowed in a "
-                    f"{message['role']} message")
-        if kind == "text" and block.get("text") == "":
-            return f"{where}.content.{j}.text: text content blocks must be non-empty"
-        if kind == "text" and (not isinstance(block.get("text"), str) or not block["text"].strip()):
-            return f"{where}.content.{j}.text: text content blocks must contain non-whitespace text"
-        if kind == "tool_use":
-            error = _check_tool_use(f"{where}.content.{j}", block)
-            if error:
-                return error
-        if kind == "tool_result" and not isinstance(block.get("tool_use_id"), str):
-            return f"{where}.content.{j}.tool_use_id: Field required"
-        if kind == "tool_result" and block.get("is_error") and not result_text(block).strip():
-            return f"{where}.content.{j}.content: an error tool_result must have non-empty content"
-        if kind == "tool_result":
-            inner = block.get("content", "")
-            if not isinstance(inner, (str, list)) or isinstance(inner, list) and any(
-                    not isinstance(b, dict) or b.get("type") not in ("text", "image", "document")
-                    or b["type"] == "text" and not str(b.get("text", "")).strip() for b in inner):
-                return (f"{where}.content.{j}.content: must be a string or a list of blocks "
-                        "(non-empty text, images)")
+        error = _check_block(f"{where}.content.{j}", block, message["role"])
+        if error:
+            return error
+    return None
+
+
+def _check_block(where: str, block, role: str) -> str | None:
+    """One block of a message: a type its role may send, then the rules of that type."""
+    kind = block.get("type") if isinstance(block, dict) else None
+    if kind not in ALLOWED_BLOCKS[role]:
+        return f"{where}: block type {kind!r} is not allowed in a {role} message"
+    check = BLOCK_CHECKS.get(kind)  # images, documents and thinking are passed as they are
+    return check(where, block) if check else None
+
+
+def _check_text(where: str, block: dict) -> str | None:
+    # The real API words an empty text and a whitespace-only text differently.
+    if block.get("text") == "":
+        return f"{where}.text: text content blocks must be non-empty"
+    if not isinstance(block.get("text"), str) or not block["text"].strip():
+        return f"{where}.text: text content blocks must contain non-whitespace text"
     return None
 
 
@@ -239,49 +240,96 @@ def _check_tool_use(where: str, block: dict) -> str | None:
     return None
 
 
+def _check_tool_result(where: str, block: dict) -> str | None:
+    if not isinstance(block.get("tool_use_id"), str):
+        return f"{where}.tool_use_id: Field required"
+    if block.get("is_error") and not result_text(block).strip():
+        return f"{where}.content: an error tool_result must have non-empty content"
+    if not _is_result_content(block.get("content", "")):
+        return f"{where}.content: must be a string or a list of blocks (non-empty text, images)"
+    return None
+
+
+def _is_result_content(content) -> bool:
+    """What a tool_result may carry: a string, or a list of non-empty texts, images, documents."""
+    if isinstance(content, str):
+        return True
+    return isinstance(content, list) and all(_is_result_block(b) for b in content)
+
+
+def _is_result_block(block) -> bool:
+    if not isinstance(block, dict) or block.get("type") not in ("text", "image", "document"):
+        return False
+    return block["type"] != "text" or bool(str(block.get("text", "")).strip())
+
+
+BLOCK_CHECKS = {"text": _check_text, "tool_use": _check_tool_use,
+                "tool_result": _check_tool_result}
+
+
+# -- Pairing: each tool_use answered by a tool_result in the very next message ------------
 def _check_tool_pairing(body: dict) -> str | None:
     messages = body["messages"]
-    seen_ids: set = set()
+    seen_ids: set = set()  # tool_use ids must be unique across the whole conversation
     for i, message in enumerate(messages):
-        blocks = blocks_of(message)
         if message["role"] == "assistant":
-            ids = [b["id"] for b in blocks if b["type"] == "tool_use"]
-            duplicate = next((x for x in ids if x in seen_ids or ids.count(x) > 1), None)
-            if duplicate:
-                return f"messages.{i}: `tool_use` ids must be unique (found {duplicate!r} twice)"
-            seen_ids.update(ids)
-            if not ids:
-                continue
-            following = messages[i + 1] if i + 1 < len(messages) else None
-            answered = [b["tool_use_id"] for b in blocks_of(following)
-                        if b.get("type") == "tool_result"] \
-                if following and following["role"] == "user" else []
-            missing = [x for x in ids if x not in answered]
-            if missing:
-                return (f"messages.{i + 1}: `tool_use` ids were found without `tool_result` blocks "
-                        f"immediately after: {', '.join(missing)}. Each `tool_use` block must "
-                        "have a "
-                        f"corresponding `tool_result` block in the next message.")
+            error = _check_tool_uses_answered(messages, i, seen_ids)
         else:
-            kinds = [b["type"] for b in blocks]
-            if "tool_result" not in kinds:
-                continue
-            first_other = next((k for k, kind in enumerate(kinds) if kind != "tool_result"),
-                               len(kinds))
-            if "tool_result" in kinds[first_other:]:
-                return (f"messages.{i}: `tool_result` blocks must come first in the user message, "
-                        "before any other content")
-            before = messages[i - 1] if i > 0 else None
-            offered = [b["id"] for b in blocks_of(before) if b.get("type") == "tool_use"] \
-                if before and before["role"] == "assistant" else []
-            answered = [b["tool_use_id"] for b in blocks if b["type"] == "tool_result"]
-            for tool_use_id in answered:
-                if tool_use_id not in offered:
-                    return (f"messages.{i}.content: unexpected `tool_use_id` found in "
-                            "`tool_result` blocks: "
-                            f"{tool_use_id}. Each `tool_result` block must have a corresponding "
-                            f"`tool_use` block in the previous message.")
-                if answered.count(tool_use_id) > 1:
-                    return (f"messages.{i}.content: more than one `tool_result` for "
-                            f"`tool_use_id` {tool_use_id}")
+            error = _check_tool_results_asked_for(messages, i)
+        if error:
+            return error
+    return None
+
+
+def _tool_use_ids(message: dict | None) -> list:
+    """The ids of the tool calls in an assistant message (none for anything else)."""
+    if not message or message["role"] != "assistant":
+        return []
+    return [b["id"] for b in blocks_of(message) if b.get("type") == "tool_use"]
+
+
+def _tool_result_ids(message: dict | None) -> list:
+    """The tool_use ids that a user message's tool_result blocks answer (none otherwise)."""
+    if not message or message["role"] != "user":
+        return []
+    return [b["tool_use_id"] for b in blocks_of(message) if b.get("type") == "tool_result"]
+
+
+def _check_tool_uses_answered(messages: list, i: int, seen_ids: set) -> str | None:
+    """Assistant message i: its tool_use ids are new, and the next message answers each one."""
+    ids = _tool_use_ids(messages[i])
+    duplicate = next((x for x in ids if x in seen_ids or ids.count(x) > 1), None)
+    if duplicate:
+        return f"messages.{i}: `tool_use` ids must be unique (found {duplicate!r} twice)"
+    seen_ids.update(ids)
+    following = messages[i + 1] if i + 1 < len(messages) else None
+    answered = _tool_result_ids(following)
+    missing = [x for x in ids if x not in answered]
+    if missing:
+        return (f"messages.{i + 1}: `tool_use` ids were found without `tool_result` blocks "
+                f"immediately after: {', '.join(missing)}. Each `tool_use` block must have a "
+                "corresponding `tool_result` block in the next message.")
+    return None
+
+
+def _check_tool_results_asked_for(messages: list, i: int) -> str | None:
+    """User message i: its tool_results come first, each answering a call of the message before
+    it, and each call only once."""
+    kinds = [b["type"] for b in blocks_of(messages[i])]
+    if "tool_result" not in kinds:
+        return None
+    first_other = next((k for k, kind in enumerate(kinds) if kind != "tool_result"), len(kinds))
+    if "tool_result" in kinds[first_other:]:
+        return (f"messages.{i}: `tool_result` blocks must come first in the user message, "
+                "before any other content")
+    offered = _tool_use_ids(messages[i - 1] if i > 0 else None)
+    answered = _tool_result_ids(messages[i])
+    for tool_use_id in answered:
+        if tool_use_id not in offered:
+            return (f"messages.{i}.content: unexpected `tool_use_id` found in `tool_result` "
+                    f"blocks: {tool_use_id}. Each `tool_result` block must have a corresponding "
+                    "`tool_use` block in the previous message.")
+        if answered.count(tool_use_id) > 1:
+            return (f"messages.{i}.content: more than one `tool_result` for "
+                    f"`tool_use_id` {tool_use_id}")
     return None

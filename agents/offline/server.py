@@ -24,6 +24,8 @@ MALFORMED = {"html": (b"<html><body><h1>502 Bad Gateway</h1></body></html>", "te
              "no_content": (b'{"id": "msg_x", "type": "message", "role": "assistant"}',
                             "application/json")}
 STREAM_FAULTS = ("stream_error", "stream_drop", "stream_stall")
+MID_STREAM_ERROR = {"type": "error", "error": {"type": "overloaded_error",
+                                               "message": "Overloaded (injected mid-stream)"}}
 
 
 class StandIn:
@@ -58,73 +60,7 @@ class StandIn:
             self._faults.extend([fault] * times)
 
     def start(self) -> "StandIn":
-        stand_in = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # headers and body go out apart; don't stall them
-
-            def do_POST(self):
-                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                status, reply, fault = stand_in.handle(self.path, dict(self.headers), raw)
-                if fault in MALFORMED:
-                    return self.send(200, *MALFORMED[fault])
-                if status == 200 and isinstance(reply, dict) and reply.get("type") == "message" \
-                        and stand_in.requests[-1].get("stream"):
-                    return self.stream(reply, fault)
-                plain = {k: v for k, v in reply.items() if k != "wire"} \
-                    if isinstance(reply, dict) else reply
-                self.send(status, json.dumps(plain).encode(), "application/json")
-
-            def send(self, status: int, data: bytes, kind: str) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("request-id", _next_id("req"))
-                if status in (429, 500, 529):
-                    self.send_header("retry-after-ms", "20")  # keep SDK retries quick
-                self.end_headers()
-                self.wfile.write(data)
-
-            def stream(self, message: dict, fault: str | None) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Transfer-Encoding", "chunked")
-                self.send_header("request-id", _next_id("req"))
-                self.end_headers()
-                try:
-                    self.send_events(message, fault)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the client went away mid-stream (Ctrl-C): nothing more to send
-
-            def send_events(self, message: dict, fault: str | None) -> None:
-                for number, (kind, data) in enumerate(sse_events(message)):
-                    if fault in STREAM_FAULTS and number == 4:  # after the first piece of content
-                        if fault == "stream_stall":
-                            stand_in.stalled.set()
-                            stand_in.release.wait(30)
-                            fault = None
-                        elif fault == "stream_drop":
-                            self.close_connection = True
-                            return  # no closing chunk: the client sees the body end too soon
-                        else:
-                            kind, data = "error", {"type": "error", "error": {
-                                "type": "overloaded_error",
-                                "message": "Overloaded (injected mid-stream)"}}
-                    self.chunk(f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode())
-                    if kind == "error":
-                        break
-                self.chunk(b"")
-
-            def chunk(self, data: bytes) -> None:
-                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                self.wfile.flush()
-
-            def log_message(self, *args):  # keep the console for the conversation
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = StandInServer(self)
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                          daemon=True).start()
         return self
@@ -182,6 +118,93 @@ class StandIn:
         return 200, message, fault
 
 
+class StandInServer(ThreadingHTTPServer):
+    """The HTTP server on a free port of 127.0.0.1; its handlers reach the stand-in through it."""
+
+    daemon_threads = True  # a request still being answered does not hold up the exit
+
+    def __init__(self, stand_in: StandIn):
+        self.stand_in = stand_in
+        super().__init__(("127.0.0.1", 0), StandInHandler)
+
+
+class StandInHandler(BaseHTTPRequestHandler):
+    """One HTTP request: StandIn.handle decides the answer; this sends it, as JSON or as a
+    stream of server-sent events, with the fault it was asked for."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out apart; don't stall them
+
+    def do_POST(self):
+        stand_in = self.server.stand_in
+        raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        status, reply, fault = stand_in.handle(self.path, dict(self.headers), raw)
+        if fault in MALFORMED:
+            return self.send(200, *MALFORMED[fault])
+        if status == 200 and _is_message(reply) and stand_in.requests[-1].get("stream"):
+            return self.stream(reply, fault)
+        plain = _without_wire(reply) if isinstance(reply, dict) else reply
+        self.send(status, json.dumps(plain).encode(), "application/json")
+
+    def send(self, status: int, data: bytes, kind: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("request-id", _next_id("req"))
+        if status in (429, 500, 529):
+            self.send_header("retry-after-ms", "20")  # keep SDK retries quick
+        self.end_headers()
+        self.wfile.write(data)
+
+    def stream(self, message: dict, fault: str | None) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("request-id", _next_id("req"))
+        self.end_headers()
+        try:
+            self.send_events(message, fault)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client went away mid-stream (Ctrl-C): nothing more to send
+
+    def send_events(self, message: dict, fault: str | None) -> None:
+        for number, (kind, data) in enumerate(sse_events(message)):
+            if fault in STREAM_FAULTS and number == 4:  # after the first piece of content
+                if fault == "stream_drop":
+                    self.close_connection = True
+                    return  # no closing chunk: the client sees the body end too soon
+                if fault == "stream_stall":
+                    self.stall()  # then the stream goes on as planned
+                else:
+                    kind, data = "error", MID_STREAM_ERROR
+                fault = None
+            self.chunk(f"event: {kind}\ndata: {json.dumps(data)}\n\n".encode())
+            if kind == "error":
+                break
+        self.chunk(b"")
+
+    def stall(self) -> None:
+        """Stop mid-stream until the test says to go on (or 30 seconds pass)."""
+        self.server.stand_in.stalled.set()
+        self.server.stand_in.release.wait(30)
+
+    def chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def log_message(self, *args):  # keep the console for the conversation
+        pass
+
+
+def _is_message(reply) -> bool:
+    return isinstance(reply, dict) and reply.get("type") == "message"
+
+
+def _without_wire(reply: dict) -> dict:
+    """The reply as sent: "wire" only tells the stream how to misbehave."""
+    return {k: v for k, v in reply.items() if k != "wire"}
+
+
 def _error(status: int, message: str) -> tuple[int, dict]:
     kind = ERROR_TYPES.get(status, "api_error")
     return status, {"type": "error", "error": {"type": kind, "message": message}}
@@ -193,7 +216,7 @@ def sse_events(message: dict):
     start_usage = None if usage is None else \
         {**usage, "output_tokens": usage["output_tokens"] and 1}
     yield "message_start", {"type": "message_start", "message": {
-        **{k: v for k, v in message.items() if k != "wire"}, "content": [], "stop_reason": None,
+        **_without_wire(message), "content": [], "stop_reason": None,
         "stop_details": None, **({} if usage is None else {"usage": start_usage})}}
     yield "ping", {"type": "ping"}
     for index, block in enumerate(message["content"]):

@@ -14,7 +14,8 @@ log (8,000 or 16,000 characters, alternating), and the demo's report turn - 40 u
 Configurations:
     naive             no compaction, no caching
     caching only      no compaction; every request cached up to its last block
-    compaction only   micro compaction on every call (the old rule), auto at COMPACT_THRESHOLD; no caching
+    compaction only   micro compaction on every call (the old rule), auto at COMPACT_THRESHOLD;
+                      no caching
     both              the step as it ships: micro in batches of CLEAR_BATCH_TOKENS, auto, caching
 
 Measured per configuration: model calls, compactions, micro batches, peak context of one call,

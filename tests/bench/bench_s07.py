@@ -151,10 +151,8 @@ def main() -> None:
         print(f"  {label:<38} {wall:7.2f} ms {held:7.2f} ms")
     print("creates per second, every id distinct:")
     for processes in (1, 8):
-        print(
-            f"  {processes} process{'es' if processes > 1 else '':<3} {creates_per_second(processes, 400 // processes):10.0f}"
-            f" /s"
-        )
+        rate = creates_per_second(processes, 400 // processes)
+        print(f"  {processes} process{'es' if processes > 1 else '':<3} {rate:10.0f} /s")
 
 
 if __name__ == "__main__":

@@ -80,22 +80,26 @@ def main() -> None:
         ) as handle:  # 100,000 lines, written directly
             for i in range(100_000):
                 handle.write(
-                    f'{{"id": "m{i}", "from": "a", "to": "big", "kind": "message", "content": "number {i}"}}\n'
+                    f'{{"id": "m{i}", "from": "a", "to": "big", '
+                    f'"kind": "message", "content": "number {i}"}}\n'
                 )
         size = mailbox.path("big").stat().st_size
         near_end = size - 10 * (size // 100_000)
         near_end = mailbox.path("big").read_bytes().rfind(b"\n", 0, near_end) + 1
         print(f"reading a 100,000-line mailbox ({size / 1e6:.1f} MB):")
         print(
-            f"  read() from the start                     {timed(lambda: mailbox.read('big'), 3):9.2f}"
+            f"  read() from the start                     "
+            f"{timed(lambda: mailbox.read('big'), 3):9.2f}"
             f" ms"
         )
         print(
-            f"  read() from an offset 10 lines from the end {timed(lambda: mailbox.read('big', near_end), 50):7.3f}"
+            f"  read() from an offset 10 lines from the end "
+            f"{timed(lambda: mailbox.read('big', near_end), 50):7.3f}"
             f" ms"
         )
         print(
-            f"  read() at the end (a poll, nothing new)   {timed(lambda: mailbox.read('big', size), 50):9.3f}"
+            f"  read() at the end (a poll, nothing new)   "
+            f"{timed(lambda: mailbox.read('big', size), 50):9.3f}"
             f" ms"
         )
 
