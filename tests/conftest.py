@@ -78,7 +78,8 @@ PROCESSES = multiprocessing.get_context(
 
 
 def run_processes(target, args_for, count: int = 8) -> list:
-    """Start `count` processes of target(*args_for(n), results) at once; return what each put in results."""
+    """Start `count` processes of target(*args_for(n), results) at once; return what each put
+    in results."""
     results = PROCESSES.Queue()
     procs = [PROCESSES.Process(target=target, args=(*args_for(n), results)) for n in range(count)]
     for proc in procs:

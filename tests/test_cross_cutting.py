@@ -64,7 +64,7 @@ def lesson_lines(step: str, lines: list) -> set:
 
 
 def unmarked_changes(base: list, step: list, free: set = frozenset()) -> list:
-    """Lines of `step` that differ from `base` outside the free lines and without a `# sNN:` mark."""
+    """Lines of `step` that differ from `base` outside the free lines, without a `# sNN:` mark."""
     problems = []
     matcher = difflib.SequenceMatcher(a=base, b=step, autojunk=False)
     for op, a1, a2, b1, b2 in matcher.get_opcodes():

@@ -1,7 +1,8 @@
 """s07: the persistent task board - its rules, its races, its tools, and a learner's run.
 
 Units use the script's TaskBoard directly (loaded once; importing it has no side effects).
-The creation race uses real processes (the claim race is s11's: claiming is its lesson). The tool layer, slash commands and the REPL run against
+The creation race uses real processes (the claim race is s11's: claiming is its lesson).
+The tool layer, slash commands and the REPL run against
 the local stand-in; one end-to-end test runs the script as a subprocess, twice.
 """
 
@@ -48,7 +49,7 @@ def error_of(call, *args, **kwargs) -> TaskError:
 
 
 def snapshot(folder: Path) -> dict:
-    """Every file's bytes and inode: a rewrite with the same bytes still shows (os.replace = new inode)."""
+    """Every file's bytes and inode: a rewrite with the same bytes still shows (a new inode)."""
     return {p.name: (p.read_bytes(), p.stat().st_ino) for p in sorted(folder.iterdir())}
 
 
@@ -62,14 +63,23 @@ def diamond(board):
 
 # --- storage -------------------------------------------------------------------
 
+
 def test_create_writes_one_file_per_task_and_the_highwatermark(board, tasks_dir):
     first = board.create("  Plan the work  ", "why and how")
     second = board.create("Do the work", blocked_by=[first["id"]])
     assert (first["id"], second["id"]) == (1, 2)
     stored = json.loads((tasks_dir / "task_2.json").read_text())
     assert stored["subject"] == "Do the work" and stored["blockedBy"] == [1]
-    assert set(stored) == {"id", "subject", "description", "status", "blockedBy", "owner",
-                           "created_at", "updated_at"}  # `blocks` is never stored
+    assert set(stored) == {
+        "id",
+        "subject",
+        "description",
+        "status",
+        "blockedBy",
+        "owner",
+        "created_at",
+        "updated_at",
+    }  # `blocks` is never stored
     assert json.loads((tasks_dir / "task_1.json").read_text())["subject"] == "Plan the work"
     assert (tasks_dir / ".highwatermark").read_text().strip() == "2"
     assert sorted(p.name for p in tasks_dir.glob("task_*.json")) == ["task_1.json", "task_2.json"]
@@ -90,6 +100,7 @@ def test_constructing_and_reading_an_empty_board_creates_nothing(tasks_dir):
 
 
 # --- validation rules ----------------------------------------------------------------
+
 
 def test_subject_must_not_be_blank(board):
     assert error_of(board.create, "   ").code == "INVALID_ARGS"
@@ -161,7 +172,9 @@ def test_a_started_task_stays_editable_when_a_blocker_reopens(board):
     board.update(2, status="in_progress")
     board.update(1, status="pending")  # the design is reopened under a running build
     assert board.update(2, subject="Build the API", owner="ann")["subject"] == "Build the API"
-    assert error_of(board.update, 2, status="completed").code == "INVALID_STATUS"  # finishing is a move
+    assert (
+        error_of(board.update, 2, status="completed").code == "INVALID_STATUS"
+    )  # finishing is a move
     assert board.update(2, status="pending")["status"] == "pending"
 
 
@@ -185,7 +198,11 @@ def test_delete_removes_the_task_from_every_blocked_by_and_reports_unblocked(boa
     assert result["status"] == "deleted" and result["unblocked"] == [4]
     assert json.loads((tasks_dir / "task_4.json").read_text())["blockedBy"] == [2]
     assert [(t["id"], t["status"]) for t in board.tasks()] == [
-        (1, "completed"), (2, "completed"), (3, "deleted"), (4, "pending")]
+        (1, "completed"),
+        (2, "completed"),
+        (3, "deleted"),
+        (4, "pending"),
+    ]
 
 
 def test_rejected_update_leaves_every_file_byte_identical(board, tasks_dir):
@@ -193,9 +210,16 @@ def test_rejected_update_leaves_every_file_byte_identical(board, tasks_dir):
     board.update(1, status="completed")
     before = snapshot(tasks_dir)
     # valid parts first (subject, owner, an edge to another task), then a cycle-closing edge last
-    error = error_of(board.update, 2, subject="New name", owner="bob", remove_blocked_by=[1], add_blocked_by=[4])
+    error = error_of(
+        board.update, 2, subject="New name", owner="bob", remove_blocked_by=[1], add_blocked_by=[4]
+    )
     assert error.code == "INVALID_DEPENDENCY"
-    assert error_of(board.update, 3, status="completed", add_blocked_by=[2], remove_blocked_by=[2]).code == "INVALID_ARGS"
+    assert (
+        error_of(
+            board.update, 3, status="completed", add_blocked_by=[2], remove_blocked_by=[2]
+        ).code
+        == "INVALID_ARGS"
+    )
     assert error_of(board.update, 3, status="deleted", remove_blocked_by=[1]).code == "INVALID_ARGS"
     assert error_of(board.update, 4, description="x", status="completed").code == "INVALID_STATUS"
     assert snapshot(tasks_dir) == before
@@ -220,7 +244,6 @@ def test_an_update_that_changes_nothing_writes_nothing(board, tasks_dir):
     assert snapshot(tasks_dir) == before
 
 
-
 def test_a_failed_write_leaves_the_old_file_and_no_temp_files(board, tasks_dir, monkeypatch):
     board.create("Plan")
     before = snapshot(tasks_dir)
@@ -238,8 +261,15 @@ def test_stale_temp_files_of_killed_writers_are_swept_under_the_lock(board, task
     board.create("Plan")
     for n in range(3):  # what a writer killed between creating and renaming its temp file leaves
         (tasks_dir / f".task_1.json.dead{n}.tmp").write_text("{half")
-    board.create("Build")  # the next task created sweeps them (a status change stays as short as it can)
-    assert sorted(p.name for p in tasks_dir.iterdir()) == [".highwatermark", ".lock", "task_1.json", "task_2.json"]
+    board.create(
+        "Build"
+    )  # the next task created sweeps them (a status change stays as short as it can)
+    assert sorted(p.name for p in tasks_dir.iterdir()) == [
+        ".highwatermark",
+        ".lock",
+        "task_1.json",
+        "task_2.json",
+    ]
 
 
 @pytest.mark.skipif(os.name == "nt", reason="POSIX modes")
@@ -247,7 +277,9 @@ def test_rewritten_task_files_keep_their_mode_and_read_only_ones_are_refused(boa
     board.create("Plan")
     (tasks_dir / "task_1.json").chmod(0o640)
     board.update(1, subject="Plan well")
-    assert (tasks_dir / "task_1.json").stat().st_mode & 0o777 == 0o640  # mkstemp would have made it 0600
+    assert (
+        tasks_dir / "task_1.json"
+    ).stat().st_mode & 0o777 == 0o640  # mkstemp would have made it 0600
     (tasks_dir / "task_1.json").chmod(0o444)
     with pytest.raises(PermissionError, match="read-only"):
         board.update(1, subject="Plan better")
@@ -259,7 +291,9 @@ def test_a_huge_highwatermark_is_named_not_a_bare_value_error(board, tasks_dir):
     (tasks_dir / ".highwatermark").write_text("7" * 5000)
     with pytest.raises(s07.CorruptFile) as caught:
         board.create("Build")
-    assert str(tasks_dir / ".highwatermark") in str(caught.value) and "expected the last id" in str(caught.value)
+    assert str(tasks_dir / ".highwatermark") in str(caught.value) and "expected the last id" in str(
+        caught.value
+    )
     assert not (tasks_dir / "task_2.json").exists()
 
 
@@ -284,6 +318,7 @@ def test_readers_take_no_lock(board, tasks_dir):
 
 
 # --- the graph ---------------------------------------------------------------------------
+
 
 def test_blocks_is_derived_from_blocked_by(board, tasks_dir):
     diamond(board)
@@ -364,12 +399,18 @@ def test_unknown_status_is_rejected(board):
 
 # --- corrupt files -------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, content, reason", [
-    ("task_2.json", "{not json", "cannot be read as JSON"),
-    ("task_2.json", None, "unknown status 'done'"),
-    ("task_1.json", None, "dependency cycle 1 -> 2 -> 1"),
-])
-def test_corrupt_file_is_reported_with_path_and_reason_and_never_overwritten(board, tasks_dir, name, content, reason):
+
+@pytest.mark.parametrize(
+    "name, content, reason",
+    [
+        ("task_2.json", "{not json", "cannot be read as JSON"),
+        ("task_2.json", None, "unknown status 'done'"),
+        ("task_1.json", None, "dependency cycle 1 -> 2 -> 1"),
+    ],
+)
+def test_corrupt_file_is_reported_with_path_and_reason_and_never_overwritten(
+    board, tasks_dir, name, content, reason
+):
     board.create("A")
     board.create("B", blocked_by=[1])
     if content is None and "status" in reason:
@@ -380,7 +421,12 @@ def test_corrupt_file_is_reported_with_path_and_reason_and_never_overwritten(boa
         content = json.dumps({**record, "blockedBy": [2]})
     (tasks_dir / name).write_text(content)
     before = snapshot(tasks_dir)
-    for attempt in (board.tasks, board.ready, lambda: board.get(1), lambda: board.update(2, status="deleted")):
+    for attempt in (
+        board.tasks,
+        board.ready,
+        lambda: board.get(1),
+        lambda: board.update(2, status="deleted"),
+    ):
         with pytest.raises(s07.CorruptFile) as caught:
             attempt()
         assert reason in str(caught.value) and str(tasks_dir / name) in str(caught.value)
@@ -389,13 +435,16 @@ def test_corrupt_file_is_reported_with_path_and_reason_and_never_overwritten(boa
 
 # --- real processes racing for the board -------------------------------------------------
 
+
 def create_many(tasks_dir, worker, count, results):
     board = s07.TaskBoard(Path(tasks_dir))
     results.put([board.create(f"worker {worker} task {n}")["id"] for n in range(count)])
 
 
 def test_eight_processes_creating_at_once_get_distinct_ids(tasks_dir):
-    ids = [i for batch in run_processes(create_many, lambda n: (str(tasks_dir), n, 50)) for i in batch]
+    ids = [
+        i for batch in run_processes(create_many, lambda n: (str(tasks_dir), n, 50)) for i in batch
+    ]
     assert len(ids) == 400 and set(ids) == set(range(1, 401))
     assert len(list(tasks_dir.glob("task_*.json"))) == 400
     assert (tasks_dir / ".highwatermark").read_text().strip() == "400"
@@ -419,7 +468,9 @@ def test_readers_never_see_a_change_half_made_as_corruption(board, tasks_dir):
     reads = 0
     try:
         while writer.is_alive() or reads == 0:
-            assert [t["status"] for t in board.tasks()][0] == "pending"  # raised CorruptFile before the fix
+            assert [t["status"] for t in board.tasks()][
+                0
+            ] == "pending"  # raised CorruptFile before the fix
             reads += 1
     finally:
         writer.join(timeout=60)
@@ -428,6 +479,7 @@ def test_readers_never_see_a_change_half_made_as_corruption(board, tasks_dir):
 
 
 # --- the tools, as the model uses them ---------------------------------------------------
+
 
 @pytest.fixture
 def agent(load_step):
@@ -443,11 +495,15 @@ def run_turns(agent, standin, *turns) -> list:
 
 
 def test_tasks_created_in_one_turn_may_depend_on_earlier_ones(agent, standin, workdir):
-    [results] = run_turns(agent, standin, [
-        tool_use("task_create", {"subject": "Design"}),
-        tool_use("task_create", {"subject": "Build", "blocked_by": [1]}),
-        tool_use("task_create", {"subject": "Test", "blocked_by": ["2"]}),
-    ])
+    [results] = run_turns(
+        agent,
+        standin,
+        [
+            tool_use("task_create", {"subject": "Design"}),
+            tool_use("task_create", {"subject": "Build", "blocked_by": [1]}),
+            tool_use("task_create", {"subject": "Test", "blocked_by": ["2"]}),
+        ],
+    )
     assert [r.get("is_error", False) for r in results] == [False, False, False]
     assert [json.loads(r["content"])["blockedBy"] for r in results] == [[], [1], [2]]
     assert json.loads((workdir / ".tasks" / "task_3.json").read_text())["blockedBy"] == [2]
@@ -455,11 +511,23 @@ def test_tasks_created_in_one_turn_may_depend_on_earlier_ones(agent, standin, wo
 
 def test_tool_descriptions_say_to_use_only_returned_ids(agent):
     tools = {tool["name"]: tool for tool in agent.TOOLS}
-    assert set(agent.TASK_TOOL_HANDLERS) == {"task_create", "task_update", "task_get", "task_list"} <= set(tools)
+    assert (
+        set(agent.TASK_TOOL_HANDLERS)
+        == {"task_create", "task_update", "task_get", "task_list"}
+        <= set(tools)
+    )
     for name in ("task_create", "task_update"):
         assert "only ids that an earlier tool result returned" in tools[name]["description"]
     update = tools["task_update"]["input_schema"]["properties"]
-    assert {"task_id", "status", "subject", "description", "owner", "add_blocked_by", "remove_blocked_by"} == set(update)
+    assert {
+        "task_id",
+        "status",
+        "subject",
+        "description",
+        "owner",
+        "add_blocked_by",
+        "remove_blocked_by",
+    } == set(update)
 
 
 def test_task_list_is_a_compact_board_without_descriptions(agent, standin):
@@ -470,8 +538,12 @@ def test_task_list_is_a_compact_board_without_descriptions(agent, standin):
     agent.BOARD.update(1, status="completed")
     agent.BOARD.update(2, status="in_progress", owner="alice")
     agent.BOARD.update(3, status="deleted")
-    [[board], [everything]] = run_turns(agent, standin, [tool_use("task_list", {})],
-                                        [tool_use("task_list", {"include_deleted": True})])
+    [[board], [everything]] = run_turns(
+        agent,
+        standin,
+        [tool_use("task_list", {})],
+        [tool_use("task_list", {"include_deleted": True})],
+    )
     assert board["content"].splitlines() == [
         "[x] #1 Plan",
         "[>] #2 Build  @alice",
@@ -481,15 +553,31 @@ def test_task_list_is_a_compact_board_without_descriptions(agent, standin):
     assert "[-] #3 Review" in everything["content"] and "description" not in everything["content"]
 
 
-@pytest.mark.parametrize("call, expected", [
-    (tool_use("task_update", {"task_id": 2, "status": "in_progress"}), "INVALID_STATUS: task 2 cannot be in_progress"),
-    (tool_use("task_update", {"task_id": 1, "status": "done"}), "INVALID_STATUS: unknown status 'done'"),
-    (tool_use("task_update", {"task_id": 9, "subject": "x"}), "NOT_FOUND: there is no task 9"),
-    (tool_use("task_get", {"task_id": "one"}), "INVALID_ARGS: a task id must be a positive integer"),
-    (tool_use("task_create", {"subject": " "}), "INVALID_ARGS: subject must not be empty"),
-    (tool_use("task_update", {"task_id": 1, "add_blocked_by": [2]}), "INVALID_DEPENDENCY: that would close a dependency cycle 1 -> 2 -> 1"),
-    (tool_use("task_list", {"status": "blocked"}), "INVALID_STATUS: unknown status 'blocked'"),
-], ids=["blocked", "bad-status", "unknown-id", "bad-id", "blank-subject", "cycle", "bad-filter"])
+@pytest.mark.parametrize(
+    "call, expected",
+    [
+        (
+            tool_use("task_update", {"task_id": 2, "status": "in_progress"}),
+            "INVALID_STATUS: task 2 cannot be in_progress",
+        ),
+        (
+            tool_use("task_update", {"task_id": 1, "status": "done"}),
+            "INVALID_STATUS: unknown status 'done'",
+        ),
+        (tool_use("task_update", {"task_id": 9, "subject": "x"}), "NOT_FOUND: there is no task 9"),
+        (
+            tool_use("task_get", {"task_id": "one"}),
+            "INVALID_ARGS: a task id must be a positive integer",
+        ),
+        (tool_use("task_create", {"subject": " "}), "INVALID_ARGS: subject must not be empty"),
+        (
+            tool_use("task_update", {"task_id": 1, "add_blocked_by": [2]}),
+            "INVALID_DEPENDENCY: that would close a dependency cycle 1 -> 2 -> 1",
+        ),
+        (tool_use("task_list", {"status": "blocked"}), "INVALID_STATUS: unknown status 'blocked'"),
+    ],
+    ids=["blocked", "bad-status", "unknown-id", "bad-id", "blank-subject", "cycle", "bad-filter"],
+)
 def test_refused_task_calls_become_error_results_that_say_why(agent, standin, call, expected):
     agent.BOARD.create("Plan")
     agent.BOARD.create("Build", blocked_by=[1])
@@ -500,7 +588,9 @@ def test_refused_task_calls_become_error_results_that_say_why(agent, standin, ca
 def test_completion_result_reports_unblocked_first(agent, standin):
     agent.BOARD.create("Plan")
     agent.BOARD.create("Build", blocked_by=[1])
-    [[result]] = run_turns(agent, standin, [tool_use("task_update", {"task_id": "1", "status": "completed"})])
+    [[result]] = run_turns(
+        agent, standin, [tool_use("task_update", {"task_id": "1", "status": "completed"})]
+    )
     assert result["content"].startswith('{"unblocked": [2], "id": 1')
 
 
@@ -516,15 +606,21 @@ def test_slash_commands_print_the_board_and_a_mermaid_graph(agent, standin, type
     assert standin.requests == []
 
 
-def test_a_corrupt_board_is_reported_and_the_repl_keeps_running(agent, standin, type_lines, capsys, workdir):
+def test_a_corrupt_board_is_reported_and_the_repl_keeps_running(
+    agent, standin, type_lines, capsys, workdir
+):
     agent.BOARD.create("Plan")
     broken = workdir / ".tasks" / "task_1.json"
     broken.write_text('{"id": 1, "status": "pending"')
-    standin.policy = ScriptedModel([[tool_use("task_list", {})], ["I see the board file is broken."]])
+    standin.policy = ScriptedModel(
+        [[tool_use("task_list", {})], ["I see the board file is broken."]]
+    )
     type_lines("/tasks", "show the board", "/tasks graph")
     agent.repl()
     out = capsys.readouterr().out
-    assert out.count(f"[task board] {broken}: cannot be read as JSON") == 2  # /tasks and /tasks graph
+    assert (
+        out.count(f"[task board] {broken}: cannot be read as JSON") == 2
+    )  # /tasks and /tasks graph
     [result] = latest_results(standin.requests[1])
     assert result["is_error"] is True and str(broken) in result["content"]
     assert "I see the board file is broken." in out
@@ -533,22 +629,34 @@ def test_a_corrupt_board_is_reported_and_the_repl_keeps_running(agent, standin, 
 
 # --- as a learner runs it ----------------------------------------------------------------
 
+
 def test_subprocess_run_plans_on_disk_and_a_second_run_finds_the_board(run_step, standin, workdir):
-    standin.policy = ScriptedModel([
-        [tool_use("task_create", {"subject": "Design"})],
-        [tool_use("task_create", {"subject": "Build", "blocked_by": [1]}),
-         tool_use("task_update", {"task_id": 1, "status": "completed"})],
-        ["Planned; Build is ready."],
-    ])
+    standin.policy = ScriptedModel(
+        [
+            [tool_use("task_create", {"subject": "Design"})],
+            [
+                tool_use("task_create", {"subject": "Build", "blocked_by": [1]}),
+                tool_use("task_update", {"task_id": 1, "status": "completed"}),
+            ],
+            ["Planned; Build is ready."],
+        ]
+    )
     first = run_step(STEP, "plan it\n/tasks graph\n")
     assert first.returncode == 0, first.stderr
     assert "s07 >> " in first.stdout and '"unblocked": [2]' in first.stdout
     assert "t1 --> t2" in first.stdout and "Planned; Build is ready." in first.stdout
     assert sorted(p.name for p in (workdir / ".tasks").iterdir()) == [
-        ".highwatermark", ".lock", "task_1.json", "task_2.json"]
+        ".highwatermark",
+        ".lock",
+        "task_1.json",
+        "task_2.json",
+    ]
     second = run_step(STEP, "/tasks\n")  # a new process: everything it knows comes from .tasks/
     assert second.returncode == 0, second.stderr
-    assert "[x] #1 Design\n[ ] #2 Build\n2 tasks:" in second.stdout and "ready now: #2" in second.stdout
+    assert (
+        "[x] #1 Design\n[ ] #2 Build\n2 tasks:" in second.stdout
+        and "ready now: #2" in second.stdout
+    )
     assert standin.rejected == []
 
 
@@ -556,7 +664,11 @@ def test_offline_demo_shows_the_refusal_the_unblocking_and_the_restart(offline_d
     done = offline_demo(STEP).done
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "ERROR Error: INVALID_STATUS: task 4 cannot be in_progress while blocked by 2 (pending), 3 (pending)" in out
+    assert (
+        "ERROR Error: INVALID_STATUS: task 4 cannot be in_progress while blocked by "
+        "2 (pending), 3 (pending)"
+        in out
+    )
     assert '"unblocked": [2, 3]' in out and '"unblocked": [4]' in out
-    restart = out[out.index("Restart: a fresh TaskBoard"):]
+    restart = out[out.index("Restart: a fresh TaskBoard") :]
     assert "[x] #3 Write the docs" in restart and "ready() -> ['#4 Ship v1']" in restart

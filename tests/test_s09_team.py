@@ -25,7 +25,7 @@ def team(load_step):
 
 
 def echo_policy(request):
-    """Answers every request with the first word of the system prompt and the request's last line."""
+    """Answers every request with the system prompt's first word and the request's last line."""
     return [f"{system_text(request).split()[0]} did: {last_user_text(request).splitlines()[-1]}"]
 
 
@@ -46,7 +46,10 @@ def test_roster_adds_and_loads_and_reserves_the_lead(team, workdir):
     team.ROSTER.add("reviewer", " reviews plans ", "You review.")
     team.ROSTER.add("builder", "builds", "You build.")
     assert json.loads((workdir / ".team.json").read_text())["teammates"]["reviewer"] == {
-        "name": "reviewer", "role": "reviews plans", "prompt": "You review."}
+        "name": "reviewer",
+        "role": "reviews plans",
+        "prompt": "You review.",
+    }
     assert sorted(team.ROSTER.load()) == ["builder", "reviewer"]
     with pytest.raises(ValueError, match="lead"):
         team.ROSTER.add("lead", "r", "p")
@@ -55,13 +58,21 @@ def test_roster_adds_and_loads_and_reserves_the_lead(team, workdir):
             team.ROSTER.add("x", role, prompt)
 
 
-@pytest.mark.parametrize("content,reason", [
-    ("{not json", "expected {'teammates'"),
-    ('{"teammates": {"alice": {"name": "alice"}}}', "entries ['alice'] are not"),  # today: a bare KeyError
-    ('{"teammates": {"alice": ["not", "a", "dict"]}}', "expected {'teammates'"),
-    ('["a", "list"]', "expected {'teammates'"),
-])
-def test_a_roster_of_the_wrong_shape_is_named_and_kept(team, workdir, standin, type_lines, capsys, content, reason):
+@pytest.mark.parametrize(
+    "content,reason",
+    [
+        ("{not json", "expected {'teammates'"),
+        (
+            '{"teammates": {"alice": {"name": "alice"}}}',
+            "entries ['alice'] are not",
+        ),  # today: a bare KeyError
+        ('{"teammates": {"alice": ["not", "a", "dict"]}}', "expected {'teammates'"),
+        ('["a", "list"]', "expected {'teammates'"),
+    ],
+)
+def test_a_roster_of_the_wrong_shape_is_named_and_kept(
+    team, workdir, standin, type_lines, capsys, content, reason
+):
     (workdir / ".team.json").write_text(content)
     with pytest.raises(team.CorruptFile) as caught:
         team.ROSTER.add("x", "r", "p")
@@ -82,12 +93,21 @@ def test_send_writes_one_whole_line_and_read_returns_the_next_offset(team):
     assert offset == team.MAILBOX.path("b").stat().st_size  # a byte offset, not a message id
     assert team.MAILBOX.read("b", offset) == ([], offset)
     third = team.MAILBOX.send("b", "a", "third")
-    assert [m["id"] for m in team.MAILBOX.read("b", offset)[0]] == [third]  # exclusive: only what is new
+    assert [m["id"] for m in team.MAILBOX.read("b", offset)[0]] == [
+        third
+    ]  # exclusive: only what is new
     assert team.MAILBOX.read("nobody") == ([], 0)
 
 
-@pytest.mark.parametrize("kind,protocol,content", [("shout", None, "x"), ("request", "party", "x"),
-                                                   ("request", None, ""), ("request", None, None)])
+@pytest.mark.parametrize(
+    "kind,protocol,content",
+    [
+        ("shout", None, "x"),
+        ("request", "party", "x"),
+        ("request", None, ""),
+        ("request", None, None),
+    ],
+)
 def test_bad_messages_are_refused(team, kind, protocol, content):
     with pytest.raises(ValueError):
         team.MAILBOX.send("b", "a", content, kind, protocol)
@@ -95,7 +115,10 @@ def test_bad_messages_are_refused(team, kind, protocol, content):
 
 def test_a_line_still_being_written_is_left_for_later(team):
     team.MAILBOX.send("b", "a", "whole")
-    line = json.dumps({"id": "late", "from": "a", "to": "b", "kind": "message", "content": "late"}) + "\n"
+    line = (
+        json.dumps({"id": "late", "from": "a", "to": "b", "kind": "message", "content": "late"})
+        + "\n"
+    )
     path = team.MAILBOX.path("b")
     with open(path, "ab") as handle:
         handle.write(line[:20].encode())  # a writer caught halfway
@@ -116,7 +139,10 @@ def test_a_killed_writers_fragment_swallows_no_later_message(team, capsys):
     messages, _ = team.MAILBOX.read("b")
     assert [m["content"] for m in messages] == ["before", "after the crash"]
     out = capsys.readouterr().out
-    assert out.count("[mailbox] skipped a malformed line in") == 1 and str(team.MAILBOX.path("b")) in out
+    assert (
+        out.count("[mailbox] skipped a malformed line in") == 1
+        and str(team.MAILBOX.path("b")) in out
+    )
 
 
 def test_a_cursor_past_the_end_of_a_replaced_file_reads_it_from_the_start(team, capsys):
@@ -143,7 +169,8 @@ def test_a_reply_into_a_cut_mailbox_reaches_the_waiter(team):
     start = team.MAILBOX.size("lead")
     found = []
     waiter = threading.Thread(
-        target=lambda: found.append(team.MAILBOX.await_reply("lead", asked, start, 10)[0]))
+        target=lambda: found.append(team.MAILBOX.await_reply("lead", asked, start, 10)[0])
+    )
     waiter.start()
     with open(team.MAILBOX.path("lead"), "r+b") as handle:
         handle.truncate(0)  # cut while the lead waits
@@ -177,18 +204,31 @@ print("read", [m["content"] for m in box.read("b")[0]])
     import errno
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=60)
+
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines() == [f"raised {errno.EFBIG}", "unchanged True",
-                                        "read ['first', 'small']"]
+    assert done.stdout.splitlines() == [
+        f"raised {errno.EFBIG}",
+        "unchanged True",
+        "read ['first', 'small']",
+    ]
     assert "[mailbox] skipped" not in done.stdout + done.stderr  # no partial line to trip on
 
 
-@pytest.mark.parametrize("line", ['{"id": [1], "from": "a", "kind": "request", "content": "x"}',
-                                  '{"id": "1", "from": "a", "kind": "request", "content": {}}',
-                                  '["not", "an", "object"]', "7"])
-def test_a_line_with_wrong_field_types_is_skipped_not_fatal(team, standin, type_lines, capsys, line):
+@pytest.mark.parametrize(
+    "line",
+    [
+        '{"id": [1], "from": "a", "kind": "request", "content": "x"}',
+        '{"id": "1", "from": "a", "kind": "request", "content": {}}',
+        '["not", "an", "object"]',
+        "7",
+    ],
+)
+def test_a_line_with_wrong_field_types_is_skipped_not_fatal(
+    team, standin, type_lines, capsys, line
+):
     """Today: a TypeError traceback, and the REPL exits 1."""
     team.MAILBOX.send("lead", "a", "first")
     with open(team.MAILBOX.path("lead"), "a") as handle:
@@ -204,6 +244,7 @@ def test_a_line_with_wrong_field_types_is_skipped_not_fatal(team, standin, type_
 
 def write_messages(root, name, count, results):
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("s09_writer", AGENTS / f"{STEP}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -216,8 +257,10 @@ def write_messages(root, name, count, results):
 def test_eight_processes_share_one_mailbox(team):
     context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
     results = context.Queue()
-    procs = [context.Process(target=write_messages, args=(team.MAILBOX.root, f"w{n}", 500, results))
-             for n in range(8)]
+    procs = [
+        context.Process(target=write_messages, args=(team.MAILBOX.root, f"w{n}", 500, results))
+        for n in range(8)
+    ]
     for proc in procs:
         proc.start()
     assert sorted(results.get(timeout=60) for _ in procs) == [f"w{n}" for n in range(8)]
@@ -250,7 +293,9 @@ def test_wait_wakes_on_another_process(team):
     proc.join(timeout=30)
     [(woke, woke_at)] = outcome
     sent_at = float(team.MAILBOX.read("inbox")[0][0]["content"].split("|")[1])
-    assert woke and woke_at - sent_at < 5  # polled every 50 ms; a wait that slept to its deadline: 60 s
+    assert (
+        woke and woke_at - sent_at < 5
+    )  # polled every 50 ms; a wait that slept to its deadline: 60 s
 
 
 def test_wait_times_out_without_spinning_and_wakes_on_a_thread_at_once(team):
@@ -260,7 +305,9 @@ def test_wait_times_out_without_spinning_and_wakes_on_a_thread_at_once(team):
     timer = threading.Timer(0.05, lambda: team.MAILBOX.send("b", "a", "hi"))
     timer.start()
     started = time.monotonic()
-    assert team.MAILBOX.wait("b", 0, timeout=60) and time.monotonic() - started < 5  # woken, not timed out
+    assert (
+        team.MAILBOX.wait("b", 0, timeout=60) and time.monotonic() - started < 5
+    )  # woken, not timed out
     timer.join()
 
 
@@ -298,7 +345,11 @@ def test_shutdown_stops_and_the_rest_of_the_batch_gets_a_polite_no(team, standin
     for message in team.MAILBOX.read("helper")[0]:  # one batch, handled without a thread
         mate.handle(message)
     replies = {m["reply_to"]: m["content"] for m in team.MAILBOX.read("lead")[0]}
-    assert replies == {first: "Helper-bot. did: first", stop: "helper is shutting down", late: "shutting down"}
+    assert replies == {
+        first: "Helper-bot. did: first",
+        stop: "helper is shutting down",
+        late: "shutting down",
+    }
     assert mate.stopping
 
 
@@ -310,37 +361,61 @@ def test_a_respawned_teammate_goes_on_where_it_stopped(team, standin):
     spawn(team)
     asked = team.MAILBOX.send("helper", "lead", "are you back?", "request")
     reply, _ = team.MAILBOX.await_reply("lead", asked, 0, timeout=10)
-    assert reply["content"] == "Helper-bot. did: are you back?" and team.RUNNING["helper"].thread.is_alive()
+    assert (
+        reply["content"] == "Helper-bot. did: are you back?"
+        and team.RUNNING["helper"].thread.is_alive()
+    )
     assert len(standin.requests) == 1  # the first "please stop" was not answered again
 
 
 def test_a_failed_request_is_closed_and_never_read_again_as_new_work(team, standin):
-    """Today the failed prompt stayed as a trailing user turn and the next one was merged into it."""
+    """A failed prompt must not stay as a trailing user turn the next one is merged into."""
     standin.policy = echo_policy
     spawn(team)
     standin.fail_next(400)  # the next model call fails; 400 is not retried
     failing = team.MAILBOX.send("helper", "lead", "BOOM delete the build folder", "request")
-    assert team.MAILBOX.await_reply("lead", failing, 0, 10)[0]["content"].startswith("error: helper could not answer")
+    assert team.MAILBOX.await_reply("lead", failing, 0, 10)[0]["content"].startswith(
+        "error: helper could not answer"
+    )
     after = team.MAILBOX.send("helper", "lead", "list the files", "request")
-    assert team.MAILBOX.await_reply("lead", after, 0, 10)[0]["content"] == "Helper-bot. did: list the files"
+    assert (
+        team.MAILBOX.await_reply("lead", after, 0, 10)[0]["content"]
+        == "Helper-bot. did: list the files"
+    )
     sent = standin.requests[-1]["messages"]
     words = [b["text"] for m in sent for b in m["content"] if b["type"] == "text"]
     failed_at = next(i for i, w in enumerate(words) if "BOOM" in w)
-    assert words[failed_at + 1].startswith("[not answered: the request failed") and "not retried" in words[failed_at + 1]
+    assert (
+        words[failed_at + 1].startswith("[not answered: the request failed")
+        and "not retried" in words[failed_at + 1]
+    )
     assert standin.rejected == []
 
 
 def test_teammates_have_their_own_prompt_and_the_base_and_task_tools(team, standin, workdir):
-    standin.policy = ScriptedModel([[tool_use("task_update", {"task_id": 1, "status": "in_progress"})],
-                                    [tool_use("team_spawn", {"name": "x", "role": "r", "prompt": "p"})], ["done"]])
+    standin.policy = ScriptedModel(
+        [
+            [tool_use("task_update", {"task_id": 1, "status": "in_progress"})],
+            [tool_use("team_spawn", {"name": "x", "role": "r", "prompt": "p"})],
+            ["done"],
+        ]
+    )
     team.BOARD.create("Build it")
     spawn(team, prompt="Builder-bot.")
     asked = team.run_team_send("helper", "Please do it.", task_id=1).split()[2]
     assert team.MAILBOX.await_reply("lead", asked, 0, 10)[0]["content"] == "done"
     request = standin.requests[0]
     assert request["system"].startswith("Builder-bot.") and "teammate 'helper'" in request["system"]
-    assert {t["name"] for t in request["tools"]} == {"bash", "read_file", "write_file", "edit_file",
-                                                     "task_create", "task_update", "task_get", "task_list"}
+    assert {t["name"] for t in request["tools"]} == {
+        "bash",
+        "read_file",
+        "write_file",
+        "edit_file",
+        "task_create",
+        "task_update",
+        "task_get",
+        "task_list",
+    }
     assert "Task #1 is yours: Build it" in last_user_text(request)
     assert team.BOARD.get(1)["owner"] == "helper" and team.BOARD.get(1)["status"] == "in_progress"
     refused = latest_results(standin.requests[2])[0]
@@ -349,10 +424,17 @@ def test_teammates_have_their_own_prompt_and_the_base_and_task_tools(team, stand
 
 # -- The lead ------------------------------------------------------------------------------
 def test_news_rides_inside_the_last_tool_result_and_stays_in_the_history(team, standin):
-    """Anthropic's docs link a text block after tool results to empty replies; today's main put it there."""
-    standin.policy = ScriptedModel([
-        lambda request: team.MAILBOX.send("lead", "alice", "done with #2") and [tool_use("bash", {"command": "echo hi"})],
-        ["noted"], ["thanks"]])
+    """Anthropic's docs link a text block after tool results to empty replies: not there."""
+    standin.policy = ScriptedModel(
+        [
+            lambda request: (
+                team.MAILBOX.send("lead", "alice", "done with #2")
+                and [tool_use("bash", {"command": "echo hi"})]
+            ),
+            ["noted"],
+            ["thanks"],
+        ]
+    )
     history = [{"role": "user", "content": "go"}]
     team.agent_loop(history)
     team.MAILBOX.send("lead", "alice", "news after the turn")
@@ -372,8 +454,11 @@ def test_a_review_verdict_is_not_delivered_twice(team, standin):
     def model(request):
         if "teammate 'reviewer'" in system_text(request):
             return ["APPROVE: fine"]
-        return [tool_use("team_review", {"name": "reviewer", "plan": "1. do it"})] \
-            if not latest_results(request) else ["approved"]
+        return (
+            [tool_use("team_review", {"name": "reviewer", "plan": "1. do it"})]
+            if not latest_results(request)
+            else ["approved"]
+        )
 
     standin.policy = model
     spawn(team, "reviewer", "Reviewer-bot.")
@@ -392,10 +477,16 @@ def test_team_wait_returns_the_news_and_times_out(team, standin):
 
 def test_errors_of_the_team_tools_are_results_that_say_why(team, standin):
     team.BOARD.create("Build it")
-    standin.policy = ScriptedModel([[tool_use("team_send", {"name": "ghost", "message": "hi"}),
-                                     tool_use("team_review", {"name": "ghost", "plan": "p"}),
-                                     tool_use("team_send", {"name": "ghost", "message": "x", "task_id": 1})],
-                                    ["ok"]])
+    standin.policy = ScriptedModel(
+        [
+            [
+                tool_use("team_send", {"name": "ghost", "message": "hi"}),
+                tool_use("team_review", {"name": "ghost", "plan": "p"}),
+                tool_use("team_send", {"name": "ghost", "message": "x", "task_id": 1}),
+            ],
+            ["ok"],
+        ]
+    )
     team.agent_loop([{"role": "user", "content": "go"}])
     results = latest_results(standin.requests[1])
     assert all(r["is_error"] and "ghost is not running" in r["content"] for r in results)
@@ -443,10 +534,12 @@ def test_offline_demo_plans_reviews_assigns_and_shuts_down(offline_demo):
     assert done.returncode == 0, done.stderr
     rejected, approved = out.index("verdict: REJECT"), out.index("verdict: APPROVE")
     assigned = out.index('"name": "builder", "task_id": 1')
-    assert rejected < approved < assigned  # the plan is approved after one rejection, before any work
+    assert (
+        rejected < approved < assigned
+    )  # the plan is approved after one rejection, before any work
     for task in (1, 3, 2):
         assert f"Done with task #{task}." in out
-    board = out[out.rindex("s09 >> /tasks"):]
+    board = out[out.rindex("s09 >> /tasks") :]
     assert board.count("[x] #") == 3 and "@builder" in board
     assert "builder acknowledged: builder is shutting down" in out
     assert "reviewer acknowledged: reviewer is shutting down" in out
@@ -469,10 +562,17 @@ def test_a_teammate_survives_every_quirk_and_answers_the_next_request(team, stan
     first = team.MAILBOX.send("helper", "lead", "do the first thing", "request")
     answer, _ = team.MAILBOX.await_reply("lead", first, 0, timeout=10)
     second = team.MAILBOX.send("helper", "lead", "then the second", "request")
-    assert team.MAILBOX.await_reply("lead", second, 0, timeout=10)[0]["content"] == "answered second"
+    assert (
+        team.MAILBOX.await_reply("lead", second, 0, timeout=10)[0]["content"] == "answered second"
+    )
     assert standin.rejected == []
-    results = [b for m in standin.requests[-1]["messages"] if isinstance(m["content"], list)
-               for b in m["content"] if b["type"] == "tool_result"]
+    results = [
+        b
+        for m in standin.requests[-1]["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b["type"] == "tool_result"
+    ]
     if quirk in ("call_under_end_turn", "unknown_stop_reason", "no_stop", "odd_id", "string_input"):
         assert answer["content"] == "first done" and "ran-42" in results[0]["content"]
     if quirk in ("whitespace_only", "no_usage"):  # no answer at all: said, not passed off as one

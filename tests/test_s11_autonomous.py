@@ -22,7 +22,15 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from conftest import AGENTS, run_processes, step_env, wait_until
 
-from offline import QUIRKS, ScriptedModel, last_user_text, latest_results, steps_since_prompt, system_text, tool_use
+from offline import (
+    QUIRKS,
+    ScriptedModel,
+    last_user_text,
+    latest_results,
+    steps_since_prompt,
+    system_text,
+    tool_use,
+)
 
 STEP = "s11_autonomous"
 FORK = multiprocessing.get_context("fork") if hasattr(os, "fork") else None
@@ -57,20 +65,30 @@ def build_dag(board, count: int, seed: int = 11) -> None:
     rng = random.Random(seed)
     for n in range(1, count + 1):
         earlier = range(max(1, n - 30), n)
-        board.create(f"job {n}", blocked_by=rng.sample(earlier, k=min(len(earlier), rng.choice([0, 1, 2, 3])))
-                     if n > 8 else [])
+        board.create(
+            f"job {n}",
+            blocked_by=rng.sample(earlier, k=min(len(earlier), rng.choice([0, 1, 2, 3])))
+            if n > 8
+            else [],
+        )
 
 
 def assert_dependency_order(tasks: list) -> None:
-    """No task started before every blocker completed (a completed task's updated_at is its completion)."""
+    """No task started before every blocker completed (updated_at of a completed task is when)."""
     board = {t["id"]: t for t in tasks}
     for task in tasks:
         for blocker in task["blockedBy"]:
-            assert task["started_at"] >= board[blocker]["updated_at"], f"#{task['id']} started before #{blocker}"
+            assert task["started_at"] >= board[blocker]["updated_at"], (
+                f"#{task['id']} started before #{blocker}"
+            )
 
 
 def reports(team, name: str) -> list:
-    return [m["content"] for m in team.MAILBOX.read(team.LEAD)[0] if m["from"] == name and m["kind"] == "message"]
+    return [
+        m["content"]
+        for m in team.MAILBOX.read(team.LEAD)[0]
+        if m["from"] == name and m["kind"] == "message"
+    ]
 
 
 def spawn(team, name: str):
@@ -98,7 +116,10 @@ def test_claim_records_start_and_a_lease_and_is_compare_and_set(team):
     before = datetime.now(timezone.utc)
     task = team.claim(team.BOARD, 1, "w1")
     assert (task["status"], task["owner"]) == ("in_progress", "w1")
-    started, lease = datetime.fromisoformat(task["started_at"]), datetime.fromisoformat(task["lease_until"])
+    started, lease = (
+        datetime.fromisoformat(task["started_at"]),
+        datetime.fromisoformat(task["lease_until"]),
+    )
     assert before <= started and timedelta(seconds=299) < lease - started <= timedelta(seconds=301)
     for task_id in (1, 2):  # taken; blocked
         with pytest.raises(team.TaskError) as lost:
@@ -154,7 +175,11 @@ def test_release_gives_back_every_claim_of_the_named_agents_at_once(team):
     team.claim(team.BOARD, 3, "c")
     assert team.release(team.BOARD, {"a", "b"}) == [1, 2]
     assert [(t["status"], t["owner"]) for t in team.BOARD.tasks()] == [
-        ("pending", ""), ("pending", ""), ("in_progress", "c"), ("pending", "")]
+        ("pending", ""),
+        ("pending", ""),
+        ("in_progress", "c"),
+        ("pending", ""),
+    ]
 
 
 def test_alice_of_one_session_going_idle_leaves_alice_of_another_her_task(team, standin):
@@ -166,6 +191,7 @@ def test_alice_of_one_session_going_idle_leaves_alice_of_another_her_task(team, 
         entered.set()
         gate.wait(10)
         return ["done"]
+
     standin.policy = policy
     team.IDLE_TIMEOUT = 0.3
     team.BOARD.create("long job")
@@ -206,7 +232,9 @@ def claim_all(team, worker, results):
 def test_eight_processes_claiming_at_once_claim_each_task_exactly_once(team):
     for n in range(200):
         team.BOARD.create(f"job {n}")
-    outcome = run_processes(claim_all, lambda n: (team, n))  # forked: each process starts with this module
+    outcome = run_processes(
+        claim_all, lambda n: (team, n)
+    )  # forked: each process starts with this module
     claims = [(owner, task_id) for owner, won in outcome for task_id in won]
     assert sorted(task_id for _, task_id in claims) == list(range(1, 201))
     owners = {t["id"]: t["owner"] for t in team.BOARD.tasks()}
@@ -228,7 +256,9 @@ def test_threads_claim_in_dependency_order_once_each_with_results(team, standin,
     assert opened == {n: 1 for n in range(1, 31)}
     out = capsys.readouterr().out
     assert sorted(int(n) for n in re.findall(r"\[w\d\] claimed #(\d+) ", out)) == list(range(1, 31))
-    for loser, task_id, winner in re.findall(r"\[(w\d)\] lost #(\d+) to (\w+)", out):  # every lost race is said
+    for loser, task_id, winner in re.findall(
+        r"\[(w\d)\] lost #(\d+) to (\w+)", out
+    ):  # every lost race is said
         assert winner != loser and winner in ("w1", "w2", "w3")
     assert {t["owner"] for t in tasks} <= {"w1", "w2", "w3"} and standin.rejected == []
 
@@ -238,8 +268,10 @@ def test_idle_timeout_stops_the_worker_and_tells_the_lead(team, standin):
     worker = spawn(team, "w1")
     worker.thread.join(timeout=5)
     assert not worker.thread.is_alive() and not team.is_running("w1")  # its name is free again
-    assert reports(team, "w1") == ["started: I take ready tasks from the board",
-                                   "stopped: idle for 0.3s (no mail, nothing claimable)"]
+    assert reports(team, "w1") == [
+        "started: I take ready tasks from the board",
+        "stopped: idle for 0.3s (no mail, nothing claimable)",
+    ]
     assert standin.requests == []
 
 
@@ -250,6 +282,7 @@ def test_shutdown_while_working_finishes_the_task_then_reads_mail_first(team, st
         entered.set()
         gate.wait(10)
         return ["done"]
+
     standin.policy = policy
     team.BOARD.create("long job")
     spawn(team, "w1")
@@ -281,14 +314,23 @@ def test_a_failed_task_is_marked_failed_and_not_carried_into_the_next(team, stan
     assert failed["status"] == "failed" and failed["result"].startswith("BadRequestError")
     assert (blocked["status"], blocked["owner"]) == ("pending", "")
     assert independent["status"] == "completed"
-    words = [b["text"] for m in standin.requests[-1]["messages"] for b in m["content"] if b["type"] == "text"]
+    words = [
+        b["text"]
+        for m in standin.requests[-1]["messages"]
+        for b in m["content"]
+        if b["type"] == "text"
+    ]
     closed = next(i for i, w in enumerate(words) if w.startswith("Task #1:"))
-    assert words[closed + 1].startswith("[not answered: task #1 failed") and "not retried" in words[closed + 1]
+    assert (
+        words[closed + 1].startswith("[not answered: task #1 failed")
+        and "not retried" in words[closed + 1]
+    )
     assert standin.rejected == []
 
 
 def test_a_corrupt_task_file_stops_every_worker_cleanly_and_the_lead_hears_why(
-        team, standin, capsys, monkeypatch):
+    team, standin, capsys, monkeypatch
+):
     """Today each worker died with a traceback: release() in its finally raised the same error
     again, so the lead never got "stopped", and quitting the lead raised it once more."""
     crashes = []
@@ -318,14 +360,18 @@ def test_identity_comes_first_again_after_the_history_restarts(team, standin):
     team.IDLE_TIMEOUT = 0.3
     for n in range(1, 4):
         team.BOARD.create(f"step {n}", blocked_by=[n - 1] if n > 1 else [])
-    worker = team.AutonomousAgent({"name": "w1", "role": "autonomous worker", "prompt": "Work."},
-                                  team.MAILBOX, team.BOARD)
+    worker = team.AutonomousAgent(
+        {"name": "w1", "role": "autonomous worker", "prompt": "Work."}, team.MAILBOX, team.BOARD
+    )
     team.WORKER_CONTEXT_LIMIT = len(str(worker.history)) / 4 + 40  # one task is enough to pass it
     worker.thread.start()
     worker.thread.join(timeout=10)
     for request in standin.requests:
         identity = request["messages"][0]["content"][0]["text"]
-        assert identity.startswith("<identity>You are 'w1' (autonomous worker)") and "led by 'lead'" in identity
+        assert (
+            identity.startswith("<identity>You are 'w1' (autonomous worker)")
+            and "led by 'lead'" in identity
+        )
         assert team.MAILBOX.root.name in identity
     third = standin.requests[2]["messages"]
     assert len(third) == 1, "restarted: one user message - identity, digest, the new task"
@@ -362,8 +408,11 @@ def test_quitting_the_lead_gives_back_its_workers_claims(team, standin, capsys):
 def worker_process(team, url: str, name: str) -> None:
     """A forked worker: the same class and loop as a thread, with a client of its own."""
     team.client = team.Anthropic(api_key="test-key", base_url=url)
-    worker = team.AutonomousAgent({"name": name, "role": "autonomous worker", "prompt": team.WORKER_PROMPT},
-                                  team.MAILBOX, team.BOARD)
+    worker = team.AutonomousAgent(
+        {"name": name, "role": "autonomous worker", "prompt": team.WORKER_PROMPT},
+        team.MAILBOX,
+        team.BOARD,
+    )
     worker.thread.start()
     worker.thread.join()
 
@@ -377,6 +426,7 @@ def test_eight_processes_on_a_200_task_dag_run_each_task_once_in_order(team, sta
         with lock:
             opened[task_id] += 1
         return [f"done #{task_id}"]
+
     standin.policy = policy
     build_dag(team.BOARD, 200)
     team.IDLE_TIMEOUT, team.POLL_SECONDS = 0.5, 0.1
@@ -409,6 +459,7 @@ def test_a_worker_killed_mid_task_loses_it_when_its_lease_lapses(team, standin):
             gate.wait(20)  # stuck in its model call until the test ends
             return ["too late"]
         return ["rescued"]
+
     standin.policy = policy
     team.LEASE_SECONDS = 1.0  # long enough that a busy machine never costs doomed its claim early
     team.BOARD.create("job")
@@ -429,24 +480,37 @@ def test_a_worker_killed_mid_task_loses_it_when_its_lease_lapses(team, standin):
     finally:
         gate.set()
     task = team.BOARD.read(1)
-    assert doomed.exitcode == -signal.SIGKILL and not team.is_running("doomed")  # the OS freed its name
+    assert doomed.exitcode == -signal.SIGKILL and not team.is_running(
+        "doomed"
+    )  # the OS freed its name
     assert (task["owner"], task["result"]) == ("rescuer", "rescued")
     assert task["started_at"] >= last_lease, "reclaimed only after the lease ran out"
 
 
 # -- The lead, and --worker as a learner runs it -------------------------------------------------
 def test_lead_has_task_team_and_autonomous_tools_and_commands(team, standin, type_lines, capsys):
-    lead = ScriptedModel([
-        [tool_use("task_create", {"subject": "hello"}), tool_use("team_spawn_autonomous", {"name": "w1"}),
-         tool_use("team_spawn_autonomous", {"name": "../x"})],
-        ["spawned"]])  # w1 may call before the lead's second request: each is answered by who asks
-    standin.policy = lambda request: ["done #1"] if "teammate 'w1'" in system_text(request) else lead(request)
+    lead = ScriptedModel(
+        [
+            [
+                tool_use("task_create", {"subject": "hello"}),
+                tool_use("team_spawn_autonomous", {"name": "w1"}),
+                tool_use("team_spawn_autonomous", {"name": "../x"}),
+            ],
+            ["spawned"],
+        ]
+    )  # w1 may call before the lead's second request: each is answered by who asks
+    standin.policy = lambda request: (
+        ["done #1"] if "teammate 'w1'" in system_text(request) else lead(request)
+    )
     type_lines("start a worker", "/tasks", "/team", "/inbox")
     team.repl()
     out = capsys.readouterr().out
-    lead_request, lead_results = [r for r in standin.requests if "teammate '" not in system_text(r)][:2]
+    lead_request, lead_results = [
+        r for r in standin.requests if "teammate '" not in system_text(r)
+    ][:2]
     assert {"task_create", "task_list", "team_send", "team_shutdown", "team_spawn_autonomous"} <= {
-        tool["name"] for tool in lead_request["tools"]}
+        tool["name"] for tool in lead_request["tools"]
+    }
     assert "team_spawn_autonomous" in lead_request["system"]
     assert latest_results(lead_results)[2]["is_error"]
     assert "s11 >> " in out and "#1 hello" in out and "w1 - autonomous worker [running]" in out
@@ -467,7 +531,8 @@ def test_worker_flags_fail_clearly(team, capsys):
 
 
 def test_worker_lead_and_a_mailbox_folder_that_is_a_file_are_refused_in_one_line(
-        team, standin, capsys, workdir):
+    team, standin, capsys, workdir
+):
     """Today `--worker lead` started and read the lead's own mail, a session that is a file ended in
     a traceback, and a .mailbox that is a file was called 'no lead session: start the lead'."""
     team.MAILBOX.root.mkdir(parents=True)
@@ -478,8 +543,10 @@ def test_worker_lead_and_a_mailbox_folder_that_is_a_file_are_refused_in_one_line
     assert not team.MAILBOX.path(team.LEAD).exists()  # it never started: nothing sent, nothing read
     (workdir / ".mailbox" / "stray").write_text("a file, not a session")
     assert team.run_worker(["s11", "--worker", "w1", "--session", "stray"]) == 2
-    no_session = (f"[worker] no lead session in {workdir / '.mailbox'}: start the lead first, "
-                  "or pass --session\n")
+    no_session = (
+        f"[worker] no lead session in {workdir / '.mailbox'}: start the lead first, "
+        "or pass --session\n"
+    )
     assert capsys.readouterr().err == no_session
     assert team.run_worker(["s11", "--worker", "w1"]) == 0  # the newest entry is the file: skipped
     assert f"[w1] joined session {team.MAILBOX.root.name}" in capsys.readouterr().out
@@ -491,8 +558,10 @@ def test_worker_lead_and_a_mailbox_folder_that_is_a_file_are_refused_in_one_line
     assert standin.requests == []
 
 
-def test_worker_processes_share_the_board_refuse_a_twin_and_give_back_on_ctrl_c(team, standin, workdir):
-    """A learner's three terminals: the lead, `--worker far`, and a second `--worker far` by mistake."""
+def test_worker_processes_share_the_board_refuse_a_twin_and_give_back_on_ctrl_c(
+    team, standin, workdir
+):
+    """A learner's terminals: the lead, `--worker far`, and a second `--worker far` by mistake."""
     started = threading.Event()
 
     def policy(request):
@@ -500,36 +569,68 @@ def test_worker_processes_share_the_board_refuse_a_twin_and_give_back_on_ctrl_c(
             return ["lead"]
         if task_prompt_id(request):
             started.set()
-            return [tool_use("bash", {"command": "echo $$ > far.pid; sleep 30"})]  # a long job, interrupted below
+            return [
+                tool_use("bash", {"command": "echo $$ > far.pid; sleep 30"})
+            ]  # a long job, interrupted below
         return ["pong from far"]
+
     standin.policy = policy
     team.MAILBOX.root.mkdir(parents=True)  # what the lead's first message does
     env = step_env(standin, {"POLL_SECONDS": "0.05", "IDLE_TIMEOUT": "30"})
-    command = [sys.executable, str(AGENTS / f"{STEP}.py"), "--worker", "far", "--session", team.MAILBOX.root.name]
-    worker = subprocess.Popen(command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    command = [
+        sys.executable,
+        str(AGENTS / f"{STEP}.py"),
+        "--worker",
+        "far",
+        "--session",
+        team.MAILBOX.root.name,
+    ]
+    worker = subprocess.Popen(
+        command, cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
-        assert wait_until(lambda: reports(team, "far")[:1] == ["started: I take ready tasks from the board"], timeout=30)
-        twin = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True, timeout=30)
-        assert twin.returncode == 2 and "far is already running" in twin.stderr  # today: both started
+        assert wait_until(
+            lambda: reports(team, "far")[:1] == ["started: I take ready tasks from the board"],
+            timeout=30,
+        )
+        twin = subprocess.run(
+            command, cwd=workdir, env=env, capture_output=True, text=True, timeout=30
+        )
+        assert (
+            twin.returncode == 2 and "far is already running" in twin.stderr
+        )  # today: both started
         sent = team.run_team_send("far", "ping")  # it runs elsewhere: the name lock says so
         asked = sent.split()[2]
         assert team.MAILBOX.await_reply(team.LEAD, asked, 0, 10)[0]["content"] == "pong from far"
         team.BOARD.create("a long job")
-        assert started.wait(15) and wait_until(lambda: (workdir / "far.pid").exists() and team.BOARD.read(1)["owner"])
+        assert started.wait(15) and wait_until(
+            lambda: (workdir / "far.pid").exists() and team.BOARD.read(1)["owner"]
+        )
         worker.send_signal(signal.SIGINT)  # Ctrl-C in its terminal
         out, err = worker.communicate(timeout=15)
     finally:
         worker.kill()
     assert worker.returncode == 130, err
-    assert "[far] stopped: interrupted (Ctrl-C); gave back [1]" in out and "[far] claimed #1 a long job" in out
+    assert (
+        "[far] stopped: interrupted (Ctrl-C); gave back [1]" in out
+        and "[far] claimed #1 a long job" in out
+    )
     assert (team.BOARD.read(1)["status"], team.BOARD.read(1)["owner"]) == ("pending", "")
-    assert reports(team, "far")[-1] == "stopped: interrupted (Ctrl-C)"  # the lead is told, as for any stop
-    shell = int((workdir / "far.pid").read_text())  # its command died with it: given back, the task runs once
-    assert wait_until(lambda: not os.path.exists(f"/proc/{shell}") or " Z " in open(f"/proc/{shell}/stat").read())
+    assert (
+        reports(team, "far")[-1] == "stopped: interrupted (Ctrl-C)"
+    )  # the lead is told, as for any stop
+    shell = int(
+        (workdir / "far.pid").read_text()
+    )  # its command died with it: given back, the task runs once
+    assert wait_until(
+        lambda: not os.path.exists(f"/proc/{shell}") or " Z " in open(f"/proc/{shell}/stat").read()
+    )
     assert standin.rejected == []
 
 
-def test_the_lead_opens_its_session_at_start_so_workers_can_join_it_also_when_traced(run_step, workdir):
+def test_the_lead_opens_its_session_at_start_so_workers_can_join_it_also_when_traced(
+    run_step, workdir
+):
     for args in ([], ["--trace", "lead.html"]):  # with --trace the step's own main() still runs
         done = run_step(STEP, "q\n", args=args)
         assert done.returncode == 0, done.stderr
@@ -545,7 +646,9 @@ def test_asking_who_runs_creates_nothing_and_a_bad_name_is_an_error_not_a_runnin
 def test_a_restarted_worker_starts_after_the_mail_of_its_earlier_life(team, standin, capsys):
     """Mail reaches a name only while it runs, so what is already there was for the one before."""
     team.MAILBOX.root.mkdir(parents=True)
-    team.MAILBOX.send("w9", team.LEAD, "please stop", "request", "shutdown")  # answered by an earlier w9
+    team.MAILBOX.send(
+        "w9", team.LEAD, "please stop", "request", "shutdown"
+    )  # answered by an earlier w9
     team.MAILBOX.send("w9", team.LEAD, "say hi", "request")
     team.IDLE_TIMEOUT = 0.3
     standin.policy = lambda request: ["hi"]
@@ -554,7 +657,7 @@ def test_a_restarted_worker_starts_after_the_mail_of_its_earlier_life(team, stan
     assert standin.requests == [] and "[w9] working on" not in capsys.readouterr().out
 
 
-# -- The demo: the race and the crash, on screen ----------------------------------------------------
+# -- The demo: the race and the crash, on screen ------------------------------------------
 def test_offline_demo_shows_claims_a_kill_a_takeover_and_the_naive_race(offline_demo):
     done = offline_demo(STEP).done
     out = done.stdout
@@ -563,22 +666,34 @@ def test_offline_demo_shows_claims_a_kill_a_takeover_and_the_naive_race(offline_
         assert f"[{name}] joined session" in out  # three real processes
     assert re.search(r"\[carol\] claimed #\d Job \d", out)
     killed = re.search(r"\[demo\] killed carol \(pid \d+\) with SIGKILL while it held #(\d)", out)
-    assert killed, "\n".join(line for line in out.splitlines() if line.startswith(("[demo]", "[carol]")))
+    assert killed, "\n".join(
+        line for line in out.splitlines() if line.startswith(("[demo]", "[carol]"))
+    )
     killed = int(killed.group(1))
-    assert re.search(rf"\[(alice|bob)\] claimed #{killed} Job {killed} - taken over from carol", out)
+    assert re.search(
+        rf"\[(alice|bob)\] claimed #{killed} Job {killed} - taken over from carol", out
+    )
     for loser, task_id, winner in re.findall(r"\[(\w+)\] lost #(\d+) to (\w+)", out):
         assert {loser, winner} <= {"alice", "bob", "carol"} and loser != winner
-    assert "[demo] summary: 6 of 6 jobs completed, each exactly once: True; the job carol held when killed " \
-           "was taken over after its lease ran out: True" in out
-    assert re.search(r"naive claim .*: alice, bob, carol each believe #1 is theirs - it would run 3 times", out)
-    assert re.search(r"claim\(\) .*: (\w+) won #1; \w+ lost #1 to \1; \w+ lost #1 to \1 - it runs once", out)
+    assert (
+        "[demo] summary: 6 of 6 jobs completed, each exactly once: True; "
+        "the job carol held when killed "
+        "was taken over after its lease ran out: True" in out
+    )
+    assert re.search(
+        r"naive claim .*: alice, bob, carol each believe #1 is theirs - it would run 3 times", out
+    )
+    assert re.search(
+        r"claim\(\) .*: (\w+) won #1; \w+ lost #1 to \1; \w+ lost #1 to \1 - it runs once", out
+    )
     assert "0 rejected by the validator" in out
 
 
 # -- Every reply a real endpoint sends, in a worker's loop --------------------------------
 @pytest.mark.parametrize("quirk", sorted(QUIRKS))
-def test_a_worker_ends_a_quirky_task_honestly_and_goes_on_with_the_next(team, standin, workdir,
-                                                                         quirk):
+def test_a_worker_ends_a_quirky_task_honestly_and_goes_on_with_the_next(
+    team, standin, workdir, quirk
+):
     def policy(request):
         if latest_results(request):
             return ["done #1"]
@@ -600,4 +715,8 @@ def test_a_worker_ends_a_quirky_task_honestly_and_goes_on_with_the_next(team, st
         assert first["status"] == "failed"
     if first["status"] == "completed" and first["result"] == "done #1":
         assert (workdir / "marker.txt").exists() or quirk in (
-            "list_input", "null_input", "missing_name", "empty_name")  # answered with an error
+            "list_input",
+            "null_input",
+            "missing_name",
+            "empty_name",
+        )  # answered with an error
