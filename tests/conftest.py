@@ -283,3 +283,24 @@ def type_lines(monkeypatch):
         monkeypatch.setattr("builtins.input", scripted_input(list(lines)))
 
     return feed
+
+
+def replay_a_quirk(agent, standin, type_lines, capsys, quirk: str, ends_turn: bool):
+    """Run the REPL on a reply quirk sent twice (ids are reused too), then a plain answer.
+
+    Returns what was printed, the tool results and the tool_use ids of the last request.
+    `ends_turn`: the quirk holds no call, so each time it ends the turn by itself."""
+    from offline import QUIRKS, ScriptedModel, tool_use
+
+    call = tool_use("bash", {"command": "echo ran-$((20 + 22))"})
+    turns = [QUIRKS[quirk](call), ["first done"], QUIRKS[quirk](call), ["answered second"]]
+    if ends_turn:
+        turns = [QUIRKS[quirk](call), QUIRKS[quirk](call), ["answered third"]]
+    standin.policy = ScriptedModel(turns)
+    type_lines("first", "second", *(["third"] if ends_turn else []))
+    agent.repl()
+    sent = standin.requests[-1]["messages"]
+    blocks = [b for m in sent if isinstance(m["content"], list) for b in m["content"]]
+    results = [b for b in blocks if b["type"] == "tool_result"]
+    ids = [b["id"] for b in blocks if b["type"] == "tool_use"]
+    return capsys.readouterr().out, results, ids

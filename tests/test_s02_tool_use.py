@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import AGENTS, wait_until
+from conftest import AGENTS, replay_a_quirk, wait_until
 from offline import QUIRKS, ScriptedModel, latest_results, reply, tool_use
 
 STEP = "s02_tool_use"
@@ -612,31 +612,11 @@ def test_the_quirk_lists_cover_the_catalogue():
 def test_every_quirk_leaves_a_valid_history_and_the_next_prompt_is_answered(
     quirk, load_step, standin, type_lines, capsys
 ):
-    call = tool_use("bash", {"command": "echo ran-$((20 + 22))"})
-    turns = [QUIRKS[quirk](call), ["first done"], QUIRKS[quirk](call), ["answered second"]]
-    if quirk in NO_CALL:  # the quirk ends the turn by itself
-        turns = [QUIRKS[quirk](call), QUIRKS[quirk](call), ["answered third"]]
-    standin.policy = ScriptedModel(turns)  # the same quirk twice: ids are reused too
-    type_lines("first", "second", *(["third"] if quirk in NO_CALL else []))
-    load_step(STEP).repl()
-    out = capsys.readouterr().out
+    out, results, ids = replay_a_quirk(
+        load_step(STEP), standin, type_lines, capsys, quirk, quirk in NO_CALL
+    )
     assert standin.rejected == []
     assert "answered second" in out or "answered third" in out
-    sent = standin.requests[-1]["messages"]
-    results = [
-        b
-        for m in sent
-        if isinstance(m["content"], list)
-        for b in m["content"]
-        if b["type"] == "tool_result"
-    ]
-    ids = [
-        b["id"]
-        for m in sent
-        if m["role"] == "assistant"
-        for b in m["content"]
-        if b["type"] == "tool_use"
-    ]
     assert len(ids) == len(set(ids)) == len(results)  # every call answered once, ids unique
     if quirk in RUNS:
         assert all("ran-42" in r["content"] for r in results) and results
