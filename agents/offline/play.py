@@ -52,37 +52,69 @@ class Quit(Exception):
     """The learner ended the session (/quit, or the end of the input)."""
 
 
+class Abandoned(Exception):
+    """The call being answered was interrupted (Ctrl-C): its reply goes nowhere."""
+
+
+MAIN_THREAD_AGENTS = ("lead", "summary")  # asked by the REPL's own turn, not by a teammate
+
+
 class Keyboard:
     """The one terminal, shared by the REPL's prompt and every agent's model call: one reads at
-    a time, and a call waiting for the learner goes before the REPL's next prompt."""
+    a time, and a call waiting for the learner goes before the REPL's next prompt.
+
+    Ctrl-C while the lead's call is asking ends the turn in the REPL, but that call is still
+    reading: the REPL then marks it `abandoned`, and the line it reads is handed to the prompt."""
 
     def __init__(self, read: Callable[[str], str]):
         self.read = read
         self.turn = threading.Condition()
         self.calls_waiting = 0
-        self.busy = False
+        self.holder: str | None = None  # the agent whose call is reading, if one is
+        self.abandoned = False
+        self.handed: str | None = None
         self.quit = False
 
     @contextmanager
-    def held(self, by_a_call: bool):
+    def held(self, agent: str | None = None):
+        """The keyboard for one model call (agent) or for the REPL's prompt (None)."""
         with self.turn:
-            self.calls_waiting += by_a_call
-            self.turn.wait_for(lambda: not self.busy and (by_a_call or not self.calls_waiting))
-            self.calls_waiting -= by_a_call
-            self.busy = True
+            self.calls_waiting += agent is not None
+            self.turn.wait_for(lambda: self.holder is None and
+                               (agent is not None or not self.calls_waiting))
+            self.calls_waiting -= agent is not None
+            self.holder = agent or "the prompt"
         try:
             yield
         finally:
             with self.turn:
-                self.busy = False
+                self.holder = None
                 self.turn.notify_all()
 
     def repl_input(self, prompt: str = "") -> str:
         """input() for the REPL: the end of the input once the learner has quit."""
-        with self.held(by_a_call=False):
+        with self.turn:
+            if self.holder in MAIN_THREAD_AGENTS:  # the REPL is back: that call was interrupted
+                self.abandoned = True
+                print(f"\n[play] that model call was interrupted; this line goes to the prompt"
+                      f"\n{prompt}", end="", flush=True)
+                self.turn.wait_for(lambda: self.holder is None)
+                if self.handed is not None:
+                    line, self.handed = self.handed, None
+                    return line
+        with self.held():
             if self.quit:
                 raise EOFError
             return self.read(prompt)
+
+    def line_for(self, prompt: str) -> str:
+        """One line for the model call holding the keyboard; Abandoned once the REPL took over."""
+        line = self.read(prompt)
+        with self.turn:
+            if self.abandoned:
+                self.abandoned, self.handed = False, line
+                raise Abandoned
+        return line
 
 
 # -- What the model receives ---------------------------------------------------------
@@ -223,7 +255,7 @@ class Player:
             self.count += 1
             number = self.count
             view = self.views.setdefault(agent, View())
-        with self.keyboard.held(by_a_call=True):
+        with self.keyboard.held(agent):
             label = f" · {agent}" if self.team or agent != "lead" else ""
             print(f"--- model call {number}{label} " + "-" * 40, flush=True)
             print("\n".join(view.news(request)), flush=True)
@@ -232,6 +264,8 @@ class Player:
             except Quit:
                 self.keyboard.quit = True
                 return ["(the learner ended play mode)"]
+            except Abandoned:
+                return ["(interrupted)"]
 
     def reply(self, request: dict) -> list:
         tools = {t["name"]: t for t in request.get("tools") or []}
@@ -240,7 +274,7 @@ class Player:
         blocks: list = []
         while True:
             try:
-                line = self.keyboard.read("  > ").strip()
+                line = self.keyboard.line_for("  > ").strip()
             except EOFError:
                 raise Quit from None
             if line == "/quit":
