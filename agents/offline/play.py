@@ -27,6 +27,7 @@ import re
 import runpy
 import sys
 import tempfile
+import textwrap
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -119,8 +120,8 @@ class Keyboard:
 
 # -- What the model receives ---------------------------------------------------------
 def folded(label: str, text: str) -> str:
-    """label: text, on one line if it fits; else the first FOLD lines below the label."""
-    lines = text.splitlines() or [""]
+    """label: text, on one line if it fits; else its first FOLD lines, wrapped, below the label."""
+    lines = [part for line in text.splitlines() or [""] for part in textwrap.wrap(line, 92) or [""]]
     if len(lines) == 1 and len(label + lines[0]) < 96:
         return f"{label}: {lines[0]}"
     shown = "\n".join("      " + line for line in lines[:FOLD])
