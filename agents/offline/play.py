@@ -189,6 +189,9 @@ class View:
             lines += wrapped("  tools: ", [signature(t) for t in tools])
         messages, names = request["messages"], tool_names(request["messages"])
         seen = self.messages
+        if len(messages) < len(seen):  # compacted, or a turn rolled back: say so
+            lines.append(f"  (the history is {len(seen) - len(messages)} messages shorter than "
+                         "at the last call)")
         for at, message in enumerate(messages):
             if at < len(seen) and message == seen[at]:
                 continue
