@@ -71,8 +71,11 @@ def policy(request: dict) -> list:
     system = system_text(request)
     if "the teammate 'reviewer'" in system:
         return reviewer(request)
-    if "the teammate 'builder'" in system:
+    if "the teammate 'builder'" in system and "Task #" in prompt_and_step(request)[0]:
         return builder(request)
+    if "the teammate '" in system:  # any other teammate or message (in play mode): a plain answer
+        name = system.split("the teammate '")[1].split("'")[0]
+        return [f"{name} here. I read: {prompt_and_step(request)[0]!r} - I have no task for that."]
     return lead(request)
 
 

@@ -56,6 +56,8 @@ def policy(request: dict) -> list:
 
 def worker_turn(request: dict) -> list:
     prompt, step = last_user_text(request), steps_since_prompt(request)
+    if "Task #" not in prompt:  # mail that is not a job (in play mode): a plain answer
+        return [f"I read: {prompt!r} - I only do jobs from the board."]
     job = int(prompt.split("Task #")[-1].split(":")[0])
     me = system_text(request).split("teammate '")[1].split("'")[0]
     if step == 0:

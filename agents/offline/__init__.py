@@ -14,9 +14,9 @@ the official `anthropic` SDK talks to it unchanged. The steps never know.
 
 Read in this order: this header (the rules it follows), server.py (StandIn.handle), then
 protocol.py (validate_request); replies.py holds the replies and QUIRKS, cache.py the cache
-ledger; demo.py (the demo runner and --trace), proxy.py (the recording proxy), answers.py (how
-it reads what it relays) and page.py (the trace page) come last. Everything is importable
-from the package: `import offline`.
+ledger; demo.py (the demo runner, the flags and --trace), proxy.py (the recording proxy),
+answers.py (how it reads what it relays), page.py (the trace page) and play.py (play mode) come
+last. Everything is importable from the package: `import offline`.
 
 Policies. A policy is a function `policy(request: dict)` that looks at the request
 (system prompt, messages, tools) and returns the next assistant turn: a list of
@@ -77,12 +77,19 @@ with --demo, or --trace): it runs the step's real REPL in a fresh temporary fold
 with the scripted user lines of `agents/demos/<step>.py`. With --trace FILE.html
 the run is written as one self-contained page; with a real key, --trace records
 through a forwarding proxy to the real endpoint instead.
+
+Play mode: with --play, the policy is a Player (play.py): the learner is the model. The step's
+own main() runs in the current folder (with --demo: a temporary folder seeded like the demo),
+and each model call shows what the model receives and reads the reply from the keyboard
+(`@tool {json}` lines are calls). In s09/s11 the learner plays the lead and the demo's policy
+answers the others, unless --play all. `flags()` is the argparse parser of every step's flags.
 """
 
 from .answers import chunked_whole, dechunk, is_event_stream, read_sse, rebuild
 from .cache import CACHE_MIN_TOKENS, CACHE_TTL, CacheLedger, cache_units
-from .demo import (BANNER, flag_value, load_demo, run, run_demo, run_traced, save_trace,
+from .demo import (BANNER, flags, load_demo, run, run_demo, run_traced, save_trace,
                    scripted_input, session_folders, trace_problem, unrecorded)
+from .play import Keyboard, Player, View, parse_call, run_play
 from .page import (AGENT_LABELS, PAGE_STYLE, Drawn, agent_of, render_block, render_call,
                    render_message, usage_figure, write_trace)
 from .protocol import (Interner, ScriptedModel, blocks_of, estimate_tokens, is_prompt,
@@ -93,13 +100,14 @@ from .replies import QUIRKS, Policy, Reply, make_message, reply, tool_use
 from .server import ERROR_TYPES, MALFORMED, STREAM_FAULTS, STREAM_PIECE, StandIn, sse_events
 
 __all__ = [
-    "BANNER", "CACHE_MIN_TOKENS", "CACHE_TTL", "CacheLedger", "cache_units", "flag_value",
-    "load_demo", "run", "run_demo", "run_traced", "save_trace", "scripted_input",
-    "session_folders", "trace_problem", "unrecorded", "AGENT_LABELS", "PAGE_STYLE", "Drawn",
-    "agent_of", "render_block", "render_call", "render_message", "usage_figure", "write_trace",
-    "Interner", "ScriptedModel", "blocks_of", "estimate_tokens", "is_prompt", "last_user_text",
+    "BANNER", "CACHE_MIN_TOKENS", "CACHE_TTL", "CacheLedger", "cache_units", "flags", "load_demo",
+    "run", "run_demo", "run_traced", "save_trace", "scripted_input", "session_folders",
+    "trace_problem", "unrecorded", "AGENT_LABELS", "PAGE_STYLE", "Drawn", "agent_of",
+    "render_block", "render_call", "render_message", "usage_figure", "write_trace", "Interner",
+    "ScriptedModel", "blocks_of", "estimate_tokens", "is_prompt", "last_user_text",
     "latest_results", "result_text", "steps_since_prompt", "system_text", "validate_request",
-    "ForwardingProxy", "chunked_whole", "dechunk", "is_event_stream", "read_sse", "rebuild",
-    "QUIRKS", "Policy", "Reply", "make_message", "reply", "tool_use", "ERROR_TYPES", "MALFORMED",
-    "STREAM_FAULTS", "STREAM_PIECE", "StandIn", "sse_events",
+    "ForwardingProxy", "Keyboard", "Player", "View", "parse_call", "run_play", "chunked_whole",
+    "dechunk", "is_event_stream", "read_sse", "rebuild", "QUIRKS", "Policy", "Reply",
+    "make_message", "reply", "tool_use", "ERROR_TYPES", "MALFORMED", "STREAM_FAULTS",
+    "STREAM_PIECE", "StandIn", "sse_events",
 ]
