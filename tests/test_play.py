@@ -9,6 +9,7 @@ argparse to offline.run.
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -203,7 +204,7 @@ def test_a_waiting_model_call_goes_before_the_next_repl_prompt():
     assert wait_for(lambda: order == ["repl-1"])
 
     def call():
-        with keyboard.held(by_a_call=True):
+        with keyboard.held("bob"):
             keyboard.read("call")
 
     asking = threading.Thread(target=call)
@@ -250,3 +251,43 @@ def test_help_lists_the_flags_and_an_unknown_flag_is_refused(step, tmp_path):
     missing = play(step, tmp_path, flags=("--trace",))
     assert missing.returncode == 2 and "expected one argument" in missing.stderr
     assert list(tmp_path.iterdir()) == [], "a refused flag starts nothing"
+
+
+def test_ctrl_c_while_asked_ends_the_turn_and_the_next_line_goes_to_the_prompt(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    env.update(PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8")
+    step = subprocess.Popen(
+        [sys.executable, str(AGENTS / "s02_tool_use.py"), "--play"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        encoding="utf-8",
+        cwd=tmp_path,
+        env=env,
+    )
+    try:
+        step.stdin.write("hello\n")
+        step.stdin.flush()
+        read_until(step, "your reply (")
+        step.send_signal(signal.SIGINT)  # what Ctrl-C sends, while the learner is asked
+        read_until(step, "this line goes to the prompt")
+        step.stdin.write("next words\n/quit\n")
+        step.stdin.close()
+        rest = step.stdout.read()
+        assert step.wait(60) == 0
+    finally:
+        step.kill()
+    second = calls(rest)[0]
+    assert "[not answered: interrupted by the user]" in second
+    assert "user: next words" in second, "the line went to the prompt, not to the old call"
+    assert "0 rejected by the validator" in rest
+
+
+def read_until(process, marker: str) -> str:
+    seen = ""
+    while marker not in seen:
+        line = process.stdout.readline()
+        assert line, f"the process ended before {marker!r}: {seen}"
+        seen += line
+    return seen

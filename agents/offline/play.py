@@ -27,6 +27,7 @@ import re
 import runpy
 import sys
 import tempfile
+import textwrap
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,43 +53,75 @@ class Quit(Exception):
     """The learner ended the session (/quit, or the end of the input)."""
 
 
+class Abandoned(Exception):
+    """The call being answered was interrupted (Ctrl-C): its reply goes nowhere."""
+
+
+MAIN_THREAD_AGENTS = ("lead", "summary")  # asked by the REPL's own turn, not by a teammate
+
+
 class Keyboard:
     """The one terminal, shared by the REPL's prompt and every agent's model call: one reads at
-    a time, and a call waiting for the learner goes before the REPL's next prompt."""
+    a time, and a call waiting for the learner goes before the REPL's next prompt.
+
+    Ctrl-C while the lead's call is asking ends the turn in the REPL, but that call is still
+    reading: the REPL then marks it `abandoned`, and the line it reads is handed to the prompt."""
 
     def __init__(self, read: Callable[[str], str]):
         self.read = read
         self.turn = threading.Condition()
         self.calls_waiting = 0
-        self.busy = False
+        self.holder: str | None = None  # the agent whose call is reading, if one is
+        self.abandoned = False
+        self.handed: str | None = None
         self.quit = False
 
     @contextmanager
-    def held(self, by_a_call: bool):
+    def held(self, agent: str | None = None):
+        """The keyboard for one model call (agent) or for the REPL's prompt (None)."""
         with self.turn:
-            self.calls_waiting += by_a_call
-            self.turn.wait_for(lambda: not self.busy and (by_a_call or not self.calls_waiting))
-            self.calls_waiting -= by_a_call
-            self.busy = True
+            self.calls_waiting += agent is not None
+            self.turn.wait_for(lambda: self.holder is None and
+                               (agent is not None or not self.calls_waiting))
+            self.calls_waiting -= agent is not None
+            self.holder = agent or "the prompt"
         try:
             yield
         finally:
             with self.turn:
-                self.busy = False
+                self.holder = None
                 self.turn.notify_all()
 
     def repl_input(self, prompt: str = "") -> str:
         """input() for the REPL: the end of the input once the learner has quit."""
-        with self.held(by_a_call=False):
+        with self.turn:
+            if self.holder in MAIN_THREAD_AGENTS:  # the REPL is back: that call was interrupted
+                self.abandoned = True
+                print(f"\n[play] that model call was interrupted; this line goes to the prompt"
+                      f"\n{prompt}", end="", flush=True)
+                self.turn.wait_for(lambda: self.holder is None)
+                if self.handed is not None:
+                    line, self.handed = self.handed, None
+                    return line
+        with self.held():
             if self.quit:
                 raise EOFError
             return self.read(prompt)
 
+    def line_for(self, prompt: str) -> str:
+        """One line for the model call holding the keyboard; Abandoned once the REPL took over."""
+        line = self.read(prompt)
+        with self.turn:
+            if self.abandoned:
+                self.abandoned, self.handed = False, line
+                raise Abandoned
+        return line
+
 
 # -- What the model receives ---------------------------------------------------------
 def folded(label: str, text: str) -> str:
-    """label: text, on one line if it fits; else the first FOLD lines below the label."""
-    lines = text.splitlines() or [""]
+    """label: text, on one line if it fits; else its first FOLD lines, wrapped, below the label."""
+    lines = [part for line in text.splitlines() or [""] for part in textwrap.wrap(line, 92) or [""]]
     if len(lines) == 1 and len(label + lines[0]) < 96:
         return f"{label}: {lines[0]}"
     shown = "\n".join("      " + line for line in lines[:FOLD])
@@ -156,6 +189,9 @@ class View:
             lines += wrapped("  tools: ", [signature(t) for t in tools])
         messages, names = request["messages"], tool_names(request["messages"])
         seen = self.messages
+        if len(messages) < len(seen):  # compacted, or a turn rolled back: say so
+            lines.append(f"  (the history is {len(seen) - len(messages)} messages shorter than "
+                         "at the last call)")
         for at, message in enumerate(messages):
             if at < len(seen) and message == seen[at]:
                 continue
@@ -223,7 +259,7 @@ class Player:
             self.count += 1
             number = self.count
             view = self.views.setdefault(agent, View())
-        with self.keyboard.held(by_a_call=True):
+        with self.keyboard.held(agent):
             label = f" · {agent}" if self.team or agent != "lead" else ""
             print(f"--- model call {number}{label} " + "-" * 40, flush=True)
             print("\n".join(view.news(request)), flush=True)
@@ -232,6 +268,8 @@ class Player:
             except Quit:
                 self.keyboard.quit = True
                 return ["(the learner ended play mode)"]
+            except Abandoned:
+                return ["(interrupted)"]
 
     def reply(self, request: dict) -> list:
         tools = {t["name"]: t for t in request.get("tools") or []}
@@ -240,7 +278,7 @@ class Player:
         blocks: list = []
         while True:
             try:
-                line = self.keyboard.read("  > ").strip()
+                line = self.keyboard.line_for("  > ").strip()
             except EOFError:
                 raise Quit from None
             if line == "/quit":
