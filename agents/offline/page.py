@@ -62,7 +62,8 @@ ul.tools{margin:2px 0;padding-left:18px;font:12px/1.5 monospace}ul.tools pre{mar
 padding:2px 10px}
 .msg.user{border-color:var(--user)}.msg.assistant{border-color:var(--assistant)}
 .role{font-weight:600;font-size:12px;color:var(--muted)}
-.new{background:var(--new)}.pair{display:grid;grid-template-columns:1fr 1fr;gap:8px;margin:4px 0}
+.new{background:var(--new)}
+.pair,.sides{display:grid;grid-template-columns:1fr 1fr;gap:8px;margin:4px 0}
 .call-box,.result{background:var(--call);border-radius:4px;padding:4px 8px}
 .result{background:var(--result)}.result.error{background:var(--error)}
 .edit{margin:6px 0;padding:4px 10px;border:1px dashed var(--warn);border-radius:4px}
@@ -79,7 +80,8 @@ pre{white-space:pre-wrap;word-break:break-word;margin:2px 0;font:12px/1.4 monosp
 td,th{border:1px solid var(--line);padding:3px 6px;text-align:left;vertical-align:top;
 font-size:12px;font-variant-numeric:tabular-nums}
 details>summary{cursor:pointer;color:var(--muted)}
-@media (max-width:640px){main,nav.index,header{padding:8px 10px}.pair{grid-template-columns:1fr}}
+@media (max-width:640px){main,nav.index,header{padding:8px 10px}
+.pair,.sides{grid-template-columns:1fr}}
 """
 
 

@@ -262,7 +262,7 @@ def rebuilt(old: tuple, new: tuple) -> str:
 
 
 def edit_box(title: str, before: str, after: str) -> str:
-    return (f'<div class="edit"><div class="role">{title}</div><div class="pair">'
+    return (f'<div class="edit"><div class="role">{title}</div><div class="sides">'
             f'<div class="before"><div class="role">before</div>{before}</div>'
             f'<div class="after"><div class="role">after</div>{after}</div></div></div>')
 
