@@ -15,8 +15,8 @@ the official `anthropic` SDK talks to it unchanged. The steps never know.
 Read in this order: this header (the rules it follows), server.py (StandIn.handle), then
 protocol.py (validate_request); replies.py holds the replies and QUIRKS, cache.py the cache
 ledger; demo.py (the demo runner and --trace), proxy.py (the recording proxy), answers.py (how
-it reads what it relays) and page.py (the trace page) come last. Everything is importable
-from the package: `import offline`.
+it reads what it relays), page.py and page_parts.py (the trace page) and record.py (run.json)
+come last. Everything is importable from the package: `import offline`.
 
 Policies. A policy is a function `policy(request: dict)` that looks at the request
 (system prompt, messages, tools) and returns the next assistant turn: a list of
@@ -77,6 +77,14 @@ with --demo, or --trace): it runs the step's real REPL in a fresh temporary fold
 with the scripted user lines of `agents/demos/<step>.py`. With --trace FILE.html
 the run is written as one self-contained page; with a real key, --trace records
 through a forwarding proxy to the real endpoint instead.
+
+run.json. Beside the page, --trace run.html writes run.json: {"title", "messages", "system",
+"tools", "calls"}. Each call is {"agent", "at" (time.time() when its reply was recorded),
+"request", "reply"}, the request as sent but for its "messages", "system" and "tools": numbers
+that index the lists of the same names at the top, where each distinct message, system prompt
+and tool list is stored once (message #n on the page is messages[n - 1]). To rebuild a request:
+request["messages"] = [record["messages"][i] for i in request["messages"]], and likewise
+record["system"][request["system"]] and record["tools"][request["tools"]] where present.
 """
 
 from .answers import chunked_whole, dechunk, is_event_stream, read_sse, rebuild

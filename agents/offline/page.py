@@ -44,7 +44,7 @@ fieldset.filter label{margin-right:14px;white-space:nowrap}
 label:has(input:checked){font-weight:600}
 section.call{background:var(--panel);border:1px solid var(--line);border-radius:6px;
 margin:12px 0;padding:10px 14px}
-section.call>h2{font-size:15px;margin:0 0 2px}
+section.call>h2{font-size:15px;margin:0 0 2px}section.call:target{outline:2px solid var(--link)}
 .walk{font-size:12px;margin-bottom:4px}.walk a{margin-right:12px}
 .agent{background:var(--agent);border-radius:4px;padding:1px 6px}
 .tokens span{display:inline-block;margin-right:12px;font-variant-numeric:tabular-nums}
@@ -125,8 +125,9 @@ class Drawn:
 
 @dataclass
 class Seen:
-    """An agent's previous call: its number, its messages and their numbers on the page, and
-    the numbers of its system prompt and tool list (a new number: they changed)."""
+    """What a call held, kept as its agent's previous call for the next one: its number, its
+    messages and their numbers on the page, and the numbers of its system prompt and tool list
+    (a different number next time: they changed)."""
 
     call: int
     messages: list

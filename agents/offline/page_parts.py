@@ -144,8 +144,9 @@ def system_block(agent: str, request: dict, since: int | None) -> str:
 
 
 def tool_names(tools) -> list:
-    return [str(t.get("name")) for t in tools if isinstance(t, dict)] if isinstance(tools, list) \
-        else []
+    if not isinstance(tools, list):
+        return []
+    return [str(t.get("name")) for t in tools if isinstance(t, dict)]
 
 
 def tools_block(request: dict, since: int | None, before) -> str:
@@ -191,7 +192,8 @@ def message_text(message: dict) -> str:
     parts = []
     for block in blocks_of(message):
         if block.get("type") == "tool_use":
-            parts.append(f"[call {block.get('name')}] {json.dumps(block.get('input'))}")
+            said = json.dumps(block.get("input"), ensure_ascii=False)
+            parts.append(f"[call {block.get('name')}] {said}")
         elif block.get("type") == "tool_result":
             content = block.get("content", "")
             inner = [{"text": content}] if isinstance(content, str) else content
