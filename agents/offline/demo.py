@@ -93,7 +93,8 @@ def save_trace(path: Path, calls: list, workdir: Path, title: str, **where) -> b
         write_record(record_path(path), calls, title=title)
         return True
     except OSError as error:
-        print(f"[trace] the page could not be written to {path}: {error}", file=sys.stderr)
+        print(f"[trace] {path} or the .json beside it could not be written: {error}",
+              file=sys.stderr)
         return False
 
 
