@@ -171,7 +171,8 @@ def run_demo(script_path: str, trace: str | None = None) -> int:
     for _, problem in server.rejected:
         print(f"[offline demo] rejected: {problem}")
     if written:
-        print(f"[offline demo] trace written to {Path(saved_cwd, trace)}")
+        print(f"[offline demo] trace written to {Path(saved_cwd, trace)} "
+              f"(the calls as JSON: {record_path(Path(saved_cwd, trace)).name})")
     return 1 if server.rejected or trace and not written else 0
 
 
@@ -215,6 +216,7 @@ def run_traced(script_path: str, trace: str | None, argv: list[str]) -> int:
             written = save_trace(page, proxy.calls, Path.cwd(), title=f"{script.stem} (recorded)",
                                  **session_folders(namespace))
             if written:
-                print(f"[trace] {len(proxy.calls)} model calls written to {trace}"
+                print(f"[trace] {len(proxy.calls)} model calls written to {trace} and "
+                      f"{record_path(page).name}"
                       + (f"; not recorded: {unrecorded(proxy.notes)}" if proxy.notes else ""))
     return 0 if written else 1

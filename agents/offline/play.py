@@ -348,5 +348,5 @@ def run_play(script_path: str, play_all: bool, seeded: bool, trace: str | None) 
     for _, problem in server.rejected:
         print(f"[play] rejected: {problem}")
     if written:
-        print(f"[play] trace written to {Path(saved[1], trace)}")
+        print(f"[play] trace written to {Path(saved[1], trace)} (and the calls as JSON beside it)")
     return 1 if server.rejected or trace and not written else 0
