@@ -1394,10 +1394,10 @@ def run_worker(argv):
     board and in its session's mailbox. Every refusal is one line on stderr and exit code 2."""
     flags = dict(zip(argv, argv[1:]))  # each argument -> the one after it
     try:
-        entry = worker_entry(flags.get("--worker"))
-        if client is None:
+        if client is None:  # refused before anything is written, the roster included
             raise ValueError("a worker calls the model: set ANTHROPIC_API_KEY "
                              "(or ANTHROPIC_AUTH_TOKEN)")
+        entry = worker_entry(flags.get("--worker"))
         session = check_name(flags.get("--session"), "session id") if "--session" in argv else "*"
         worker = AutonomousAgent(entry, lead_session(session), BOARD)
     except (ValueError, LookupError, CorruptFile, OSError) as error:

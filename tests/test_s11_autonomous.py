@@ -526,8 +526,9 @@ def test_worker_flags_fail_clearly(team, capsys):
     assert team.run_worker(["s11", "--worker"]) == 2
     assert "invalid worker name None" in capsys.readouterr().err
     team.client = None
-    assert team.run_worker(["s11", "--worker", "w1"]) == 2
+    assert team.run_worker(["s11", "--worker", "w2"]) == 2
     assert "ANTHROPIC_API_KEY" in capsys.readouterr().err
+    assert "w2" not in team.ROSTER.load(), "refused before the roster is written"
 
 
 def test_worker_lead_and_a_mailbox_folder_that_is_a_file_are_refused_in_one_line(

@@ -24,6 +24,7 @@ import pytest
 from conftest import AGENTS, STEPS
 from offline import (
     AGENT_LABELS,
+    CACHE_MIN_TOKENS,
     ForwardingProxy,
     Reply,
     ScriptedModel,
@@ -51,68 +52,181 @@ FLAGS = [
 ]
 
 
+VOID = {"meta", "input", "br", "hr", "img", "link"}  # elements without an end tag
+
+
 class Page(html.parser.HTMLParser):
-    """The DOM as the browser left it: panels, their token figures, tool calls and pairs."""
+    """The DOM as the browser left it: the index rows, the panels (token figures, context bar,
+    setup, links to the same agent's calls, edits), tool calls and pairs, the mail's times, and
+    what the probe measured."""
 
     def __init__(self, text: str):
         super().__init__()
         self.panels, self.pairs, self.reply_calls, self.texts = [], [], [], []
-        self.stack, self.in_reply = [], 0
+        self.rows, self.mail_times, self.meta, self.probe = [], [], {}, None
+        self.stack, self.probing = [], False
         self.feed(text)
+
+    def inside(self, name: str) -> bool:
+        return any(name in classes for classes in self.stack)
 
     def handle_starttag(self, tag, attrs):
         attrs = dict(attrs)
         classes = (attrs.get("class") or "").split()
-        self.stack.append(classes)
-        if tag == "section" and "call" in classes:
-            self.panels.append({"agent": attrs.get("data-agent"), "tokens": {}, "pairs": 0})
-        elif tag == "span" and self.panels and self.stack[-2:-1] == [["tokens"]]:
+        if tag not in VOID:
+            self.stack.append(classes)
+        panel = self.panels[-1] if self.panels else None
+        if tag == "meta" and attrs.get("name"):
+            self.meta[attrs["name"]] = attrs.get("content")
+        elif tag == "pre" and attrs.get("id") == "probe":
+            self.probe, self.probing = "", True
+        elif tag == "tr" and "row" in classes:
+            self.rows.append({"classes": classes, "href": None})
+        elif tag == "a" and self.inside("row") and self.rows[-1]["href"] is None:
+            self.rows[-1]["href"] = attrs.get("href")
+        elif tag == "time":
+            self.mail_times.append(attrs.get("datetime"))
+        elif tag == "section" and "call" in classes:
+            self.panels.append(
+                {
+                    "id": attrs.get("id"),
+                    "agent": attrs.get("data-agent"),
+                    "classes": classes,
+                    "tokens": {},
+                    "pairs": 0,
+                    "links": {},
+                    "setup": [],
+                    "tools": [],
+                    "bar": {},
+                    "limit": None,
+                    "edits": [],
+                }
+            )
+        elif panel is not None:
+            self.in_panel(panel, tag, attrs, classes)
+
+    def in_panel(self, panel, tag, attrs, classes):
+        if tag == "span" and self.stack[-2:-1] == [["tokens"]]:
             value = attrs["data-value"]  # empty when the endpoint reported no figure
-            self.panels[-1]["tokens"][classes[0]] = int(value) if value else None
-        elif "pair" in classes:
+            panel["tokens"][classes[0]] = int(value) if value else None
+        elif tag == "a" and attrs.get("rel") in ("prev", "next"):
+            panel["links"][attrs["rel"]] = attrs["href"]
+        elif "setup" in classes:
+            panel["setup"] += [c for c in classes if c != "setup"]
+        elif "edit" in classes:
+            panel["edits"].append({"before": "", "after": ""})
+        elif self.inside("bar"):
+            self.in_bar(panel, tag, attrs, classes)
+        else:
+            self.in_messages(panel, tag, attrs, classes)
+
+    def in_bar(self, panel, tag, attrs, classes):
+        if tag == "i":
+            panel["bar"][classes[0]] = int(attrs["data-tokens"])
+        elif "limit" in classes:
+            panel["limit"] = int(attrs["data-tokens"])
+
+    def in_messages(self, panel, tag, attrs, classes):
+        if "pair" in classes:
             self.pairs.append({"id": attrs.get("data-id"), "call": None, "result": False})
-            self.panels[-1]["pairs"] += 1
+            panel["pairs"] += 1
         elif "result" in classes and self.pairs:
             self.pairs[-1]["result"] = True
         elif tag == "b" and "tool" in classes:
-            if any("reply" in c for c in self.stack):
-                self.reply_calls.append((self.panels[-1]["agent"], attrs.get("data-id")))
+            if self.inside("reply"):
+                self.reply_calls.append((panel["agent"], attrs.get("data-id")))
             elif self.pairs:
                 self.pairs[-1]["call"] = attrs.get("data-id")
 
     def handle_endtag(self, tag):
-        if self.stack:
+        if self.probing and tag == "pre":
+            self.probe, self.probing = json.loads(self.probe), False
+        if tag not in VOID and self.stack:
             self.stack.pop()
 
     def handle_data(self, data):
         self.texts.append(data)
+        if self.probing:
+            self.probe += data
+        elif self.stack and self.stack[-1] == ["tool-name"]:
+            self.panels[-1]["tools"].append(data)
+        elif self.inside("edit") and (self.inside("before") or self.inside("after")):
+            side = "before" if self.inside("before") else "after"
+            self.panels[-1]["edits"][-1][side] += data
 
 
-def in_browser(page, tmp_path):
-    """The DOM after Chromium loaded the page from disk, and a screenshot of it."""
-    profile = tmp_path / "chromium-profile"
-    dom = subprocess.run(
-        [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "--dump-dom", page.as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=60,
+# Added to a copy of the page before a browser loads it (the page has no script of its own):
+# it measures the context bars, clicks each radio button of the filter and notes what shows.
+PROBE = """<script>
+const box = element => element.getBoundingClientRect();
+const panels = [...document.querySelectorAll("section.call")];
+const rows = [...document.querySelectorAll("nav.index tr.row")];
+const out = {dark: matchMedia("(prefers-color-scheme: dark)").matches,
+             background: getComputedStyle(document.body).backgroundColor, bars: [], shown: {}};
+for (const panel of panels) {
+  const bar = panel.querySelector(".bar"), limit = bar.querySelector(".limit");
+  out.bars.push({width: box(bar).width,
+                 parts: [...bar.querySelectorAll("i")].map(i => [+i.dataset.tokens, box(i).width]),
+                 limit: limit && [+limit.dataset.tokens, box(limit).left - box(bar).left]});
+}
+const visible = elements => elements.filter(e => getComputedStyle(e).display !== "none");
+for (const radio of document.querySelectorAll("fieldset.filter input")) {
+  radio.click();
+  out.shown[radio.closest("label").textContent.trim()] = {
+    panels: visible(panels).map(p => p.dataset.agent), rows: visible(rows).length};
+}
+const pre = document.createElement("pre");
+pre.id = "probe";
+pre.textContent = JSON.stringify(out);
+document.body.append(pre);
+</script>"""
+
+
+def chromium(*args, timeout=60):
+    return subprocess.run(
+        [CHROMIUM, *FLAGS, *args], capture_output=True, text=True, timeout=timeout
     )
+
+
+def in_browser(page, tmp_path, dark=False):
+    """The DOM after Chromium loaded a copy of the page with PROBE (in dark mode if `dark`),
+    and a screenshot of the page itself. (Headless Chromium can neither dump the DOM nor take a
+    screenshot with scripts disabled; that the page needs none, the text of the page shows.)"""
+    profile = tmp_path / "chromium-profile"
+    probed = tmp_path / f"probed-{page.name}"
+    probed.write_text(
+        page.read_text(encoding="utf-8").replace("</body>", PROBE + "</body>"), encoding="utf-8"
+    )
+    mode = ["--force-dark-mode"] if dark else []
+    dom = chromium(f"--user-data-dir={profile}", *mode, "--dump-dom", probed.as_uri())
     assert dom.returncode == 0 and "<section" in dom.stdout, dom.stderr[-2000:]
-    shot = tmp_path / f"{page.stem}.png"
-    subprocess.run(
-        [
-            CHROMIUM,
-            *FLAGS,
+    if not dark:
+        shot = tmp_path / f"{page.stem}.png"
+        chromium(
             f"--user-data-dir={profile}",
             f"--screenshot={shot}",
             "--window-size=1100,2400",
             page.as_uri(),
-        ],
-        capture_output=True,
-        timeout=60,
-    )
-    assert shot.exists() and shot.stat().st_size > 10_000
-    return Page(dom.stdout)
+        )
+        assert shot.exists() and shot.stat().st_size > 10_000
+    found = Page(dom.stdout)
+    assert isinstance(found.probe, dict), "the probe ran"
+    return found
+
+
+def load_record(page):
+    """run.json beside run.html, each request rebuilt from the messages, system prompts and tool
+    lists it refers to."""
+    record = json.loads(page.with_suffix(".json").read_text(encoding="utf-8"))
+    requests = []
+    for call in record["calls"]:
+        request = dict(call["request"])
+        request["messages"] = [record["messages"][n] for n in request["messages"]]
+        for key in ("system", "tools"):
+            if key in request:
+                request[key] = record[key][request[key]]
+        requests.append(request)
+    return record, requests
 
 
 @pytest.mark.parametrize("step", STEPS)
@@ -121,14 +235,104 @@ def test_every_demo_writes_a_self_contained_page(offline_demo, step):
     assert f"trace written to {demo.trace}" in demo.done.stdout
     text = demo.trace.read_text(encoding="utf-8")
     calls = int(re.search(r"\[offline demo\] (\d+) model calls", demo.done.stdout).group(1))
-    assert text.count('<section class="call"') == calls  # one panel per model call
+    assert text.count('<section class="call') == calls  # one panel per model call
     assert not re.search(r"""(src|href)=["']?(https?:)?//""", text), (
         "no network: nothing loaded from elsewhere"
     )
     assert "<script" not in text  # plain HTML and CSS: it opens from disk anywhere
+    assert not re.search(r"<[^>]+\son[a-z]+=", text), "no event handler either: the filter is CSS"
     assert 'data-value="-' not in text, "no token figure is negative"
     mail = step in ("s09_team", "s11_autonomous")  # the steps with a session mailbox
     assert ("Mailbox traffic of this session (.mailbox/" in text) == mail
+    assert "<meta name='viewport' content='width=device-width" in text
+    assert "@media (prefers-color-scheme:dark)" in text
+    assert f"under {CACHE_MIN_TOKENS:,} tokens is never cached" in text
+    assert ("COMPACT_THRESHOLD = " in text) == (step == "s06_compact")
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_every_demo_writes_its_calls_to_run_json_each_message_once(offline_demo, step):
+    demo = offline_demo(step)
+    record, requests = load_record(demo.trace)
+    text = demo.trace.read_text(encoding="utf-8")
+    assert [c["agent"] for c in record["calls"]] == re.findall(r'data-agent="([^"]*)"', text)
+    for key in ("messages", "system", "tools"):
+        kept = [json.dumps(value, sort_keys=True) for value in record[key]]
+        assert len(set(kept)) == len(kept), f"each of the {key} once"
+    carried = [n for call in record["calls"] for n in call["request"]["messages"]]
+    assert set(carried) == set(range(len(record["messages"]))), "each one carried, none missing"
+    if len(requests) > 1:
+        assert len(carried) > len(record["messages"]), "later calls refer to earlier messages"
+    assert text.count(' id="m-') == len(record["messages"])  # the page's #n is number n - 1
+    assert all(r["messages"] and r["messages"][0]["role"] == "user" for r in requests)
+    assert all("content" in c["reply"] and isinstance(c["at"], float) for c in record["calls"])
+
+
+def check_navigation(page, record):
+    """What every page offers: an index row per call that links to it, each panel linked to
+    the previous and next call of its agent, each agent's system prompt and tools where they are
+    new, and a filter that shows one agent's calls."""
+    ids = [f"#{p['id']}" for p in page.panels]
+    assert [row["href"] for row in page.rows] == ids
+    for row, panel in zip(page.rows, page.panels):
+        assert [c for c in row["classes"] if c.startswith("agent-")] == [
+            c for c in panel["classes"] if c.startswith("agent-")
+        ]
+    last, expected = {}, []
+    for n, call in enumerate(record["calls"]):
+        request, agent = call["request"], call["agent"]
+        setup = (request.get("system"), request.get("tools"))
+        before = last.get(agent)
+        expected.append(
+            [kind for kind, now, then in zip(("system", "tools"), setup, before or (None, None))
+             if before is None or now != then]
+        )
+        last[agent] = setup
+    assert [p["setup"] for p in page.panels] == expected
+    for panel, call in zip(page.panels, record["calls"]):
+        if "tools" in panel["setup"]:
+            tools = record["tools"][call["request"]["tools"]] if "tools" in call["request"] else []
+            assert panel["tools"] == [t["name"] for t in tools]
+    for n, panel in enumerate(page.panels):
+        same = [f"#{p['id']}" for p in page.panels if p["agent"] == panel["agent"]]
+        at = same.index(ids[n])
+        assert panel["links"].get("prev") == (same[at - 1] if at else None)
+        assert panel["links"].get("next") == (same[at + 1] if at + 1 < len(same) else None)
+    shown = page.probe["shown"]
+    agents = [p["agent"] for p in page.panels]
+    assert shown.pop("every agent") == {"panels": agents, "rows": len(agents)}
+    assert len(shown) == len(set(agents))
+    for label, seen in shown.items():
+        agent = label.rsplit(" (", 1)[0]
+        count = agents.count(agent)
+        assert label == f"{agent} ({count})" and seen == {"panels": [agent] * count, "rows": count}
+
+
+def check_bars(page, record, threshold):
+    """Every context bar to one scale: its full width stands for the largest context of the run
+    (or the threshold, if larger); the threshold is marked where the step has one."""
+    contexts = [
+        sum(c["reply"]["usage"].get(k) or 0 for k in ("input_tokens", "cache_read_input_tokens",
+                                                        "cache_creation_input_tokens"))
+        for c in record["calls"]
+    ]
+    scale = max(contexts + [threshold or 0])
+    widths = {round(bar["width"]) for bar in page.probe["bars"]}
+    assert len(widths) == 1 and widths.pop() > 500
+    for bar, context, panel in zip(page.probe["bars"], contexts, page.panels):
+        assert sum(tokens for tokens, _ in bar["parts"]) == context
+        assert panel["bar"] == {
+            "read": panel["tokens"]["cache-read"],
+            "write": panel["tokens"]["cache-write"],
+            "input": panel["tokens"]["input"],
+        }
+        for tokens, px in bar["parts"]:
+            assert abs(px - tokens / scale * bar["width"]) < 1.5, (tokens, px, bar["width"])
+        if threshold:
+            assert bar["limit"][0] == threshold == panel["limit"]
+            assert abs(bar["limit"][1] - threshold / scale * bar["width"]) < 1.5
+        else:
+            assert bar["limit"] is None and panel["limit"] is None
 
 
 @needs_browser
@@ -136,8 +340,10 @@ def test_every_demo_writes_a_self_contained_page(offline_demo, step):
 def test_a_browser_reads_the_demo_pages(offline_demo, tmp_path, step):
     demo = offline_demo(step)
     page = in_browser(demo.trace, tmp_path)
+    record, _ = load_record(demo.trace)
     calls = int(re.search(r"\[offline demo\] (\d+) model calls", demo.done.stdout).group(1))
     assert len(page.panels) == calls
+    assert page.meta["viewport"] == "width=device-width, initial-scale=1"
     assert all(p["call"] == p["id"] and p["result"] for p in page.pairs), (
         "every result sits beside its call"
     )
@@ -149,18 +355,32 @@ def test_a_browser_reads_the_demo_pages(offline_demo, tmp_path, step):
     ):  # carol is killed with SIGKILL in the middle of a job: her last call never returns
         unanswered = [(agent, i) for agent, i in unanswered if agent != "carol"]
     assert not unanswered, f"tool calls never answered: {unanswered}"
+    check_navigation(page, record)
+    threshold = None
+    if step == "s06_compact":  # the demo sets COMPACT_THRESHOLD before the script reads it
+        demo_source = (AGENTS / "demos" / "s06_compact.py").read_text(encoding="utf-8")
+        threshold = int(re.search(r"DEMO_THRESHOLD = ([\d_]+)", demo_source).group(1))
+    check_bars(page, record, threshold)
+    assert page.probe["dark"] is False and page.probe["background"] == "rgb(246, 246, 244)"
     words = " ".join(page.texts)
     if step == "s06_compact":
         assert (
             "old results cleared by micro compaction" in words
             and "summarised by a compaction" in words
         )
+        edits = [e for p in page.panels for e in p["edits"]]
+        cleared = [e for e in edits if "[cleared:" in e["after"] and "[cleared:" not in e["before"]]
+        assert cleared and all(" INFO " in e["before"] or " ERROR " in e["before"] for e in cleared)
+        assert any("[This conversation was compacted" in e["after"] for e in edits)
+    if step in ("s09_team", "s11_autonomous"):
+        assert "Mailbox traffic" in words and page.mail_times == sorted(page.mail_times)
+        assert len(page.mail_times) >= 6 and all(page.mail_times)
     if step == "s09_team":
-        assert "Mailbox traffic" in words and {p["agent"] for p in page.panels} >= {
-            "lead",
-            "reviewer",
-            "builder",
-        }
+        assert {p["agent"] for p in page.panels} >= {"lead", "reviewer", "builder"}
+        dark = in_browser(demo.trace, tmp_path, dark=True)
+        assert dark.probe["dark"] is True
+        red, green, blue = map(int, re.findall(r"\d+", dark.probe["background"]))
+        assert red + green + blue < 150, dark.probe["background"]
     if step == "s11_autonomous":
         assert {"alice", "bob", "carol"} <= {
             p["agent"] for p in page.panels
@@ -207,6 +427,12 @@ def test_a_real_session_is_recorded_through_the_proxy(run_step, standin, workdir
         }
     assert len(page.pairs) == 2 and all(p["result"] for p in page.pairs)
     assert "traced" in " ".join(page.texts)
+    record, requests = load_record(workdir / "real.html")  # run.json, beside real.html
+    assert requests == [c["request"] for c in standin.calls]  # what the endpoint was sent
+    assert [c["reply"]["content"] for c in record["calls"]] == [
+        c["reply"]["content"] for c in standin.calls
+    ]
+    check_navigation(page, record)
 
 
 # -- The recording proxy -------------------------------------------------------------------------
@@ -598,6 +824,90 @@ def leave_mail(folder, session: str, content: str) -> None:
         )
         + "\n"
     )
+
+
+def letter(mail_id, to, content, second, reply_to=None) -> str:
+    sent = {"id": mail_id, "from": "lead" if to == "alice" else "alice", "to": to}
+    sent.update(kind="message", reply_to=reply_to, content=content)
+    return json.dumps({**sent, "at": f"2025-01-02T10:00:{second:02d}+00:00"}) + "\n"
+
+
+def test_the_mail_table_is_in_the_order_it_was_sent(tmp_path):
+    """By the time sent; within a second (the mail's resolution: a demo sends it all in one),
+    by the first call whose request carried it; mail no request carried just before its
+    answer. By mailbox file, the order would be a different one."""
+    box = tmp_path / ".mailbox" / "20250102-100000-aaaaaa"
+    box.mkdir(parents=True)
+    (box / "alice.jsonl").write_text(
+        letter("a1", "alice", "the first job", 5) + letter("a2", "alice", "please stop", 5)
+    )
+    (box / "lead.jsonl").write_text(
+        letter("l0", "lead", "hello early", 1)
+        + letter("l1", "lead", "done with the first job", 5, reply_to="a1")
+        + letter("l2", "lead", "stopping now", 5, reply_to="a2")
+    )
+    carried = ["the first job", "done with the first job", "stopping now"]
+    calls = [
+        {
+            "request": {"model": "m", "messages": [{"role": "user", "content": said}]},
+            "reply": {"content": [{"type": "text", "text": "ok"}], "usage": {}},
+        }
+        for said in carried
+    ]
+    page = tmp_path / "mail.html"
+    write_trace(page, calls, tmp_path, title="mail", mailbox=box)
+    text = page.read_text(encoding="utf-8")
+    table = text[text.index("Mailbox traffic") :]
+    sent = ["hello early", *carried[:2], "please stop", carried[2]]
+    at = [table.index(f"<pre>{content}</pre>") for content in sent]
+    assert at == sorted(at), [content for _, content in sorted(zip(at, sent))]
+    assert table.count('<a href="#call-') == 3 and '<a href="#call-2">call 2</a>' in table
+    assert Page(text).mail_times[0] == "2025-01-02T10:00:01+00:00"
+
+
+def test_a_changed_message_shows_before_and_after(tmp_path):
+    """Cleared in place (micro compaction): the message before and after; a history rebuilt
+    (a compaction): the messages it had, and what took their place."""
+    ask = {"role": "user", "content": "Read a.log."}
+    use = {"type": "tool_use", "id": "t1", "name": "read_file", "input": {"path": "a.log"}}
+    call = {"role": "assistant", "content": [use]}
+    log = "2025-01-02 INFO served\n" * 40
+
+    def result(text):
+        return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                             "content": text}]}
+
+    said = {"role": "assistant", "content": [{"type": "text", "text": "Read it."}]}
+    more = {"role": "user", "content": "And now?"}
+    summary = {"role": "user", "content": "[This conversation was compacted (automatic).] a.log"}
+    histories = [
+        [ask],
+        [ask, call, result(log)],
+        [ask, call, result("[cleared: read_file result, 920 chars]"), said, more],
+        [summary],
+    ]
+    answer = {"content": [{"type": "text", "text": "ok"}], "usage": {"input_tokens": 5}}
+    calls = [{"request": {"model": "m", "messages": h}, "reply": answer} for h in histories]
+    page = tmp_path / "edits.html"
+    write_trace(page, calls, tmp_path, title="edits")
+    panels = Page(page.read_text(encoding="utf-8")).panels
+    assert [len(p["edits"]) for p in panels] == [0, 0, 1, 1]
+    cleared, rebuilt = panels[2]["edits"][0], panels[3]["edits"][0]
+    assert "INFO served" in cleared["before"] and "[cleared:" not in cleared["before"]
+    assert "[cleared: read_file result" in cleared["after"] and "INFO" not in cleared["after"]
+    assert "5 message(s)" in rebuilt["before"] and "#1" in rebuilt["before"]
+    assert "[This conversation was compacted" in rebuilt["after"]
+
+
+def test_the_s03_page_shows_the_reminder_its_previous_request_carried(offline_demo):
+    """s03 puts its reminder into a copy of the last message it sends: the next request carries
+    that message without it, and the page shows it before and after."""
+    demo = offline_demo("s03_todo")
+    text = demo.trace.read_text(encoding="utf-8")
+    edits = [e for p in Page(text).panels for e in p["edits"]]
+    gone = [e for e in edits if "<nag-reminder>" in e["before"]]
+    assert gone and all("<nag-reminder>" not in e["after"] for e in gone)
+    assert "the reminder the previous request carried is gone" in text
 
 
 def test_the_page_shows_the_mail_of_its_own_session_only(tmp_path):

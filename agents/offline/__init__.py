@@ -15,8 +15,9 @@ the official `anthropic` SDK talks to it unchanged. The steps never know.
 Read in this order: this header (the rules it follows), server.py (StandIn.handle), then
 protocol.py (validate_request); replies.py holds the replies and QUIRKS, cache.py the cache
 ledger; demo.py (the demo runner, the flags and --trace), proxy.py (the recording proxy),
-answers.py (how it reads what it relays), page.py (the trace page) and play.py (play mode) come
-last. Everything is importable from the package: `import offline`.
+answers.py (how it reads what it relays), page.py and page_parts.py (the trace page), record.py
+(run.json) and play.py (play mode) come last. Everything is importable from the package:
+`import offline`.
 
 Policies. A policy is a function `policy(request: dict)` that looks at the request
 (system prompt, messages, tools) and returns the next assistant turn: a list of
@@ -83,6 +84,14 @@ own main() runs in the current folder (with --demo: a temporary folder seeded li
 and each model call shows what the model receives and reads the reply from the keyboard
 (`@tool {json}` lines are calls). In s09/s11 the learner plays the lead and the demo's policy
 answers the others, unless --play all. `flags()` is the argparse parser of every step's flags.
+
+run.json. Beside the page, --trace run.html writes run.json: {"title", "messages", "system",
+"tools", "calls"}. Each call is {"agent", "at" (time.time() when its reply was recorded),
+"request", "reply"}, the request as sent but for its "messages", "system" and "tools": numbers
+that index the lists of the same names at the top, where each distinct message, system prompt
+and tool list is stored once (message #n on the page is messages[n - 1]). To rebuild a request:
+request["messages"] = [record["messages"][i] for i in request["messages"]], and likewise
+record["system"][request["system"]] and record["tools"][request["tools"]] where present.
 """
 
 from .answers import chunked_whole, dechunk, is_event_stream, read_sse, rebuild

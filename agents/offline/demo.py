@@ -17,6 +17,7 @@ from typing import Callable
 
 from .page import write_trace
 from .proxy import ForwardingProxy
+from .record import record_path, write_record
 from .server import StandIn
 
 
@@ -56,9 +57,11 @@ def scripted_input(lines: list[str]) -> Callable[[str], str]:
 
 def session_folders(namespace: dict) -> dict:
     """Where this run's session keeps its mail (s09 on: MAILBOX, in .mailbox/<session>/) and its
-    task board (s07 on: BOARD), as the step named them; what the step lacks is None."""
+    task board (s07 on: BOARD), as the step named them, and the context size at which it
+    compacts (s06: COMPACT_THRESHOLD, as this run read it); what the step lacks is None."""
     return {"mailbox": getattr(namespace.get("MAILBOX"), "root", None),
-            "board": getattr(namespace.get("BOARD"), "dir", None)}
+            "board": getattr(namespace.get("BOARD"), "dir", None),
+            "threshold": namespace.get("COMPACT_THRESHOLD")}
 
 
 def trace_problem(trace: str) -> str | None:
@@ -74,12 +77,15 @@ def trace_problem(trace: str) -> str | None:
 
 
 def save_trace(path: Path, calls: list, workdir: Path, title: str, **where) -> bool:
-    """write_trace, with a failure told in one line instead of a traceback; True if written."""
+    """write_trace, and the calls as JSON beside the page (run.html -> run.json), with a failure
+    told in one line instead of a traceback; True if both were written."""
     try:
         write_trace(path, calls, workdir, title=title, **where)
+        write_record(record_path(path), calls, title=title)
         return True
     except OSError as error:
-        print(f"[trace] the page could not be written to {path}: {error}", file=sys.stderr)
+        print(f"[trace] {path} or the .json beside it could not be written: {error}",
+              file=sys.stderr)
         return False
 
 

@@ -1,11 +1,15 @@
 """Benchmark the s07 task board on a board of 2,000 tasks (not collected by pytest).
 
-Run from the repository root:  python tests/bench/bench_s07.py [--tasks 2000]
+Run from the repository root:  .venv/bin/python tests/bench/bench_s07.py [--tasks 2000]
 
 Measures the readers (tasks(), ready(), get() - no lock), the changes (a subject edit, a status
 change, completing a task with 10 dependents, adding an edge, create) with how long each holds
 the board lock, and tasks created per second by 1 and by 8 processes at once. Everything happens
 in a temporary folder.
+
+Absolute times say more about the disk than about the board, so the machine's fsync cost is
+measured first (a small file written and fsynced in the same folder, as write_atomic does) and
+every figure is printed beside it: times in fsyncs, rates as a share of 1/fsync.
 """
 
 import argparse
@@ -63,6 +67,22 @@ def build_board(tasks_dir: Path, count: int):
     return board
 
 
+def fsync_ms(folder: Path, repeat: int = 50) -> float:
+    """Median ms to write a task-sized file and fsync it: the unit the figures are quoted in."""
+    data = b'{"id": 1, "subject": "x"}' * 12  # about the size of a task file
+    times = []
+    for n in range(repeat):
+        path = folder / f"fsync_probe_{n}"
+        with open(path, "xb") as file:
+            file.write(data)
+            file.flush()
+            start = time.perf_counter()
+            os.fsync(file.fileno())
+            times.append((time.perf_counter() - start) * 1000)
+        path.unlink()
+    return statistics.median(times)
+
+
 def timed(call, repeat: int) -> tuple:
     """(median wall ms, median lock-held ms) of `call`."""
     walls, held = [], []
@@ -118,6 +138,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"python {platform.python_version()} on {platform.system()}, {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory() as folder:
+        fsync = fsync_ms(Path(folder))
+        print(f"fsync of a small file: {fsync:.2f} ms (median of 50); figures below also in fsyncs")
         board = build_board(Path(folder) / ".tasks", args.tasks)
         s07.file_lock = timed_lock(ORIGINAL_LOCK)
         rows = [
@@ -135,7 +157,7 @@ def main() -> None:
                 timed(lambda: board.update(12, status="in_progress"), 1),
             ),
             (
-                "complete + reopen a task with 10 dependents (two updates)",
+                "complete + reopen, 10 dependents (2 updates)",
                 timed(lambda: complete_and_reopen(board), args.repeat),
             ),
             (
@@ -146,13 +168,19 @@ def main() -> None:
         ]
         s07.file_lock = ORIGINAL_LOCK
     print(f"board of {args.tasks} tasks (one JSON file each); median of {args.repeat} runs")
-    print(f"  {'operation':<38} {'wall':>9} {'lock held':>10}")
+    print(f"  {'operation':<44} {'wall':>9} {'fsyncs':>7} {'lock held':>10} {'fsyncs':>7}")
     for label, (wall, held) in rows:
-        print(f"  {label:<38} {wall:7.2f} ms {held:7.2f} ms")
-    print("creates per second, every id distinct:")
+        print(
+            f"  {label:<44} {wall:6.2f} ms {wall / fsync:7.1f} {held:7.2f} ms {held / fsync:7.1f}"
+        )
+    print("creates per second, every id distinct (a create writes two files: two fsyncs):")
     for processes in (1, 8):
         rate = creates_per_second(processes, 400 // processes)
-        print(f"  {processes} process{'es' if processes > 1 else '':<3} {rate:10.0f} /s")
+        share = rate * fsync / 1000
+        print(
+            f"  {processes} process{'es' if processes > 1 else '':<3} {rate:10.0f} /s"
+            f"  = {share:.2f} x 1/fsync (one create per {1 / share:.0f} fsyncs)"
+        )
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ call, on a 200-task DAG (8 roots, then tasks waiting for 0-3 of the 30 before th
   takes --task-ms (a stand-in for model latency; it costs no CPU);
 - for the slow tasks, the bound no schedule can beat: max(longest dependency chain, tasks /
   workers) x task time, and how far the run is from it;
-- how long the board lock is held per task (every claim, renewal, finish), and how busy it was.
+- how long the board lock is held per task (every claim, renewal, finish), and how busy it was;
+- what one fsync costs on this machine: s11's own atomic write of a task file (write, fsync,
+  rename), so the lock's hold can be read as a number of such writes, whatever the disk.
 Readers (tasks(), ready()) take no lock in s07's design, so only changes are counted.
 Everything runs in a temporary folder. POSIX only (fork and flock).
 """
@@ -111,6 +113,19 @@ def worker(s11, url: str, root: str, name: str, gate, results) -> None:
     results.put((name, held))
 
 
+def fsync_cost(s11, writes: int = 50) -> float:
+    """Seconds for one of s11's atomic writes of a task-sized file (write, fsync, rename): the
+    median of `writes`, in a temporary folder like the runs'."""
+    with tempfile.TemporaryDirectory(prefix="bench-s11-fsync-") as root:
+        path, text = Path(root) / "task_1.json", '{"id": 1, "status": "pending"}' * 8
+        took = []
+        for _ in range(writes):
+            start = time.perf_counter()
+            s11.write_atomic(path, text)
+            took.append(time.perf_counter() - start)
+    return sorted(took)[len(took) // 2]
+
+
 def run(s11, url: str, processes: int, count: int) -> dict:
     context = multiprocessing.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="bench-s11-") as root:
@@ -156,19 +171,25 @@ def main() -> int:
         finish_at_once, cache=CacheLedger(min_tokens=10**12)
     ) as server:  # no cache hashing: measure the harness
         s11 = load_script(server.url)
+        fsync = fsync_cost(s11)
+        print(
+            f"one fsync'd write (s11's write_atomic of a task file): {1000 * fsync:.2f} ms"
+            " (median of 50); 'lock held/task' is also given in such writes"
+        )
         for task_seconds in (0.0, args.task_ms / 1000):
             MODEL_SECONDS["value"] = task_seconds
             label = "trivial tasks" if not task_seconds else f"{args.task_ms:g} ms per task"
             print(f"{args.tasks}-task DAG, {label}:")
             print(
-                "  workers    wall  lock held/task  longest hold  lock busy"
+                "  workers    wall  lock held/task  (writes)  longest hold  lock busy"
                 + ("  bound   wall/bound" * bool(task_seconds))
             )
             for processes in (1, 2, 4, 8):
                 r = run(s11, server.url, processes, args.tasks)
                 line = (
                     f"  {processes:>7} {r['wall']:6.2f}s {r['held_per_task_ms']:11.2f}"
-                    f" ms {r['longest_hold_ms']:9.1f} ms"
+                    f" ms {r['held_per_task_ms'] / 1000 / fsync:9.1f}"
+                    f"  {r['longest_hold_ms']:9.1f} ms"
                     f" {r['lock_busy']:9.0%}"
                 )
                 if task_seconds:
