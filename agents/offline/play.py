@@ -306,7 +306,8 @@ PLAY_BANNER = """\
  PLAY MODE - you are the model. The step's REPL runs for real in
  {workdir}; each of its model calls is sent to the stand-in at {url},
  which shows what the model receives and asks you for the reply.
- {who} /help shows the reply syntax; /quit ends.
+ {who}
+ /help shows the reply syntax; /quit ends.
 ======================================================================"""
 
 
@@ -318,8 +319,11 @@ def run_play(script_path: str, play_all: bool, seeded: bool, trace: str | None) 
     team = any(label == "{name}" and script.stem in steps for label, steps in AGENT_LABELS.values())
     keyboard = Keyboard(builtins.input)
     player = Player(keyboard, getattr(demo, "policy", None), play_all, team)
-    who = "You answer every agent's calls." if play_all or not team else \
-        "You play the lead; the others follow the demo's script (--play all: you play all)."
+    others = [label for label, steps in AGENT_LABELS.values() if script.stem in steps]
+    who = "You answer every model call." if play_all or not others else \
+        f"You play the {'lead' if team else 'agent'}; " \
+        f"{'teammates' if team else 'the summary calls'} follow the demo's script\n " \
+        "(--play all: you answer them too)."
     saved = dict(os.environ), os.getcwd(), builtins.input, sys.argv
     with StandIn(player) as server, \
             tempfile.TemporaryDirectory(prefix=f"{script.stem}-play-") as tmp:
