@@ -106,7 +106,10 @@ class Keyboard:
         with self.held():
             if self.quit:
                 raise EOFError
-            return self.read(prompt)
+            line = self.read(prompt)
+        if line.strip() == "/quit":  # play mode's /quit works at the prompt too
+            raise EOFError
+        return line
 
     def line_for(self, prompt: str) -> str:
         """One line for the model call holding the keyboard; Abandoned once the REPL took over."""
