@@ -240,17 +240,28 @@ def test_parse_call_checks_what_the_api_would_not():
 
 # -- Flags ----------------------------------------------------------------------------------
 @pytest.mark.parametrize("step", STEPS)
-def test_help_lists_the_flags_and_an_unknown_flag_is_refused(step, tmp_path):
-    shown = play(step, tmp_path, flags=("--help",))
-    assert shown.returncode == 0
+def test_help_lists_the_flags_and_an_unknown_flag_is_refused(step, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    script = str(AGENTS / f"{step}.py")
+    for argv, code in [(["--help"], 0), (["--helo"], 2), (["--trace"], 2), (["--play", "x"], 2)]:
+        with pytest.raises(SystemExit) as exited:
+            offline.run(script, [script, *argv])
+        assert exited.value.code == code, argv
+    out, err = capsys.readouterr()
     for flag in ("--demo", "--play", "--trace"):
-        assert flag in shown.stdout
-    assert ("--worker NAME [--session ID]" in shown.stdout) == (step == "s11_autonomous")
-    wrong = play(step, tmp_path, flags=("--helo",))
-    assert wrong.returncode == 2 and "unrecognized arguments: --helo" in wrong.stderr
-    missing = play(step, tmp_path, flags=("--trace",))
-    assert missing.returncode == 2 and "expected one argument" in missing.stderr
+        assert flag in out
+    assert ("--worker NAME [--session ID]" in out) == (step == "s11_autonomous")
+    assert "unrecognized arguments: --helo" in err and "expected one argument" in err
+    assert "invalid choice: 'x'" in err
     assert list(tmp_path.iterdir()) == [], "a refused flag starts nothing"
+
+
+def test_the_flags_as_a_learner_types_them(tmp_path):
+    shown = play("s01_agent_loop", tmp_path, flags=("--help",))
+    assert shown.returncode == 0 and "--play [{lead,all}]" in shown.stdout
+    wrong = play("s01_agent_loop", tmp_path, flags=("--helo",))
+    assert wrong.returncode == 2 and "unrecognized arguments: --helo" in wrong.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_ctrl_c_while_asked_ends_the_turn_and_the_next_line_goes_to_the_prompt(tmp_path):
