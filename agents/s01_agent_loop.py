@@ -1,4 +1,8 @@
 #!/usr/bin/env python3
+# /// script
+# requires-python = ">=3.10"
+# dependencies = ["anthropic>=0.83,<3", "python-dotenv>=0.10.1"]
+# ///
 """s01_agent_loop.py - the minimal correct agent loop.  Base: none; every step extends this.
 
     user prompt --> +-------+  tool_use     +-----------+   every tool_use gets exactly

@@ -1,4 +1,8 @@
 #!/usr/bin/env python3
+# /// script
+# requires-python = ">=3.10"
+# dependencies = ["anthropic>=0.83,<3", "python-dotenv>=0.10.1"]
+# ///
 """s02_tool_use.py - the real world around the loop.  Base: s01_agent_loop.py - diff against it.
 
 s01's loop is correct, but it can only run bash and read whole replies. Real work needs

@@ -1,4 +1,8 @@
 #!/usr/bin/env python3
+# /// script
+# requires-python = ">=3.10"
+# dependencies = ["anthropic>=0.83,<3", "python-dotenv>=0.10.1"]
+# ///
 """s03_todo.py - a session TODO list, and a reminder that keeps it honest.
 Base: s02_tool_use.py - diff against it.
 

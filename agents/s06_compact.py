@@ -1,4 +1,8 @@
 #!/usr/bin/env python3
+# /// script
+# requires-python = ">=3.10"
+# dependencies = ["anthropic>=0.83,<3", "python-dotenv>=0.10.1"]
+# ///
 """s06_compact.py - keep a long session inside the context window, and the cache warm.
 Base: s02_tool_use.py - diff against it.
 

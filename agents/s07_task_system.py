@@ -1,4 +1,8 @@
 #!/usr/bin/env python3
+# /// script
+# requires-python = ">=3.10"
+# dependencies = ["anthropic>=0.83,<3", "python-dotenv>=0.10.1"]
+# ///
 """s07_task_system.py - a persistent task graph that outlives the conversation.
 Base: s02_tool_use.py - diff against it.
 

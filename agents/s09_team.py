@@ -1,4 +1,8 @@
 #!/usr/bin/env python3
+# /// script
+# requires-python = ">=3.10"
+# dependencies = ["anthropic>=0.83,<3", "python-dotenv>=0.10.1"]
+# ///
 """s09_team.py - a team that works from the task board: mailboxes, protocols, assignment by message.
 Base: s07_task_system.py - diff against it.
 

@@ -1,4 +1,8 @@
 #!/usr/bin/env python3
+# /// script
+# requires-python = ">=3.10"
+# dependencies = ["anthropic>=0.83,<3", "python-dotenv>=0.10.1"]
+# ///
 """s11_autonomous.py - autonomous teammates: they claim ready tasks themselves, also as processes.
 Base: s09_team.py - diff against it.
 
