@@ -307,10 +307,13 @@ def test_ci_runs_exactly_the_readmes_test_command(readme):
     test_command = next(block for block in blocks if block.endswith("-m pytest"))
     run_command = next(block for block in blocks if block.endswith("agents/s01_agent_loop.py"))
     assert (REPO / ".ci" / "run").read_text().rstrip().splitlines()[-1] == test_command
-    assert (
-        test_command.startswith("python3 -m venv")
-        and "pip --python .venv/bin/python" in test_command
-    ), "both commands make and use a virtual environment (PEP 668 refuses the system Python)"
+    assert test_command.startswith("python3 -m venv .venv && .venv/bin/python -m pip install"), (
+        "both commands make and use a virtual environment (PEP 668 refuses the system Python)"
+    )
+    without_pip = "python3 -m venv --without-pip .venv && python3 -m pip --python .venv/bin/python"
+    assert any(block.startswith(without_pip) for block in blocks), (
+        "the form for a Python whose venv has no ensurepip (Debian, Ubuntu without python3-venv)"
+    )
     assert run_command.rsplit("&&", 1)[0] == test_command.rsplit("&&", 1)[0], (
         "one install, two commands"
     )
