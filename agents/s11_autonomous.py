@@ -368,7 +368,7 @@ def kill_group(process):
     """Kill the shell and everything it started."""
     if os.name == "posix":
         os.killpg(process.pid, signal.SIGKILL)
-    else:
+    else:  # Windows has no killpg or SIGKILL: TerminateProcess stops the shell, not its children
         process.kill()
 
 def drain(pipe, output):
