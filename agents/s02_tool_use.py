@@ -423,7 +423,7 @@ def main():
         try:
             import offline  # the local stand-in, play mode and the trace recorder: only here
         except ImportError:
-            raise SystemExit(  # the path, as python -m cannot import offline: it is not on sys.path
+            raise SystemExit(  # copied alone, or run as python -m (agents/ not on sys.path)
                 f"Set ANTHROPIC_API_KEY, or run python {__file__} with agents/offline/ beside it")
         sys.exit(offline.run(__file__, sys.argv))
     repl()
