@@ -1,4 +1,8 @@
 #!/usr/bin/env python3
+# /// script
+# requires-python = ">=3.10"
+# dependencies = ["anthropic>=0.83,<3", "python-dotenv>=0.10.1"]
+# ///
 """s01_agent_loop.py - the minimal correct agent loop.  Base: none; every step extends this.
 
     user prompt --> +-------+  tool_use     +-----------+   every tool_use gets exactly
@@ -16,11 +20,15 @@ through them, repaired); run_tool (every failure becomes a result); close_turn; 
 Run:  python agents/s01_agent_loop.py  [--demo: offline even with a key]  [--trace run.html]
 """
 
-import json
 import os
 import re
 import subprocess
 import sys
+
+try:  # input() gets line editing where readline exists (not on Windows): arrow keys, history
+    import readline  # noqa: F401  (imported for that effect alone)
+except ImportError:
+    pass
 
 from anthropic import Anthropic
 from dotenv import load_dotenv
@@ -43,8 +51,8 @@ def agent_loop(messages):
         calls = add_reply(messages, call_model(messages))
         if not calls:  # decided by what the stored reply holds, not by its stop_reason
             return
-        results = [run_tool(*call) for call in calls]  # on Ctrl-C, close_turn answers them
-        messages.append({"role": "user", "content": results})  # every answer in one user turn
+        # every answer in one user turn; a Ctrl-C appends none of them, and close_turn answers them
+        messages.append({"role": "user", "content": [run_tool(*call) for call in calls]})
 
 def call_model(messages):
     """One call; the reply is shown, then stored by add_reply."""
@@ -106,8 +114,8 @@ def unique_id(raw, taken, repairs):
 
 def close_turn(messages, reason):
     """After anything: answer every tool_use left open, so the next request is valid."""
-    if calls := [block for message in messages[-1:] for block in message["content"]
-                 if "input" in block]:  # its tool_use blocks: only they have an input
+    # the last message's tool_use blocks (only they have an input), if there is a last message
+    if messages and (calls := [block for block in messages[-1]["content"] if "input" in block]):
         messages.append({"role": "user", "content": [run_tool(call, reason) for call in calls]})
 
 def add_user_text(messages, text):
@@ -175,8 +183,8 @@ def main():
         try:
             import offline  # the local stand-in, play mode and the trace recorder: only here
         except ImportError:
-            sys.exit("No ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN is set, and agents/offline "
-                     "(the offline demo) is not next to this script.")
+            raise SystemExit(  # copied alone, or run as python -m (agents/ not on sys.path)
+                f"Set ANTHROPIC_API_KEY, or run python {__file__} with agents/offline/ beside it")
         sys.exit(offline.run(__file__, sys.argv))
     repl()
 

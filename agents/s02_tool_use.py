@@ -1,4 +1,8 @@
 #!/usr/bin/env python3
+# /// script
+# requires-python = ">=3.10"
+# dependencies = ["anthropic>=0.83,<3", "python-dotenv>=0.10.1"]
+# ///
 """s02_tool_use.py - the real world around the loop.  Base: s01_agent_loop.py - diff against it.
 
 s01's loop is correct, but it can only run bash and read whole replies. Real work needs
@@ -19,7 +23,7 @@ STOP_NOTES and the marked lines of add_reply; call_model (streaming and caching)
 Run:  python agents/s02_tool_use.py  [--demo: offline even with a key]  [--trace run.html]
 """
 
-import json
+import json  # s02: tool inputs sent as text, previews, strings made sendable
 import os
 import re
 import signal  # s02: bash is stopped whole, also by a Ctrl-C while it starts
@@ -27,6 +31,11 @@ import subprocess
 import sys
 import threading  # s02: bash's output is read as it comes
 from pathlib import Path
+
+try:  # input() gets line editing where readline exists (not on Windows): arrow keys, history
+    import readline  # noqa: F401  (imported for that effect alone)
+except ImportError:
+    pass
 
 from anthropic import Anthropic, APIError  # s02: one kind of error
 from dotenv import load_dotenv
@@ -155,8 +164,8 @@ def unique_id(raw, taken, repairs):
 
 def close_turn(messages, reason):
     """After anything: answer every tool_use left open, so the next request is valid."""
-    if calls := [block for message in messages[-1:] for block in message["content"]
-                 if "input" in block]:  # its tool_use blocks: only they have an input
+    # the last message's tool_use blocks (only they have an input), if there is a last message
+    if messages and (calls := [block for block in messages[-1]["content"] if "input" in block]):
         messages.append({"role": "user", "content": [run_tool(call, reason) for call in calls]})
     elif messages and messages[-1]["role"] == "user":  # s02: marked, so it is not redone
         add_user_text(messages, f"[not answered: {reason}]")
@@ -335,7 +344,7 @@ def kill_group(process):
     """Kill the shell and everything it started."""
     if os.name == "posix":
         os.killpg(process.pid, signal.SIGKILL)
-    else:
+    else:  # Windows has no killpg or SIGKILL: TerminateProcess stops the shell, not its children
         process.kill()
 
 def drain(pipe, output):
@@ -414,8 +423,8 @@ def main():
         try:
             import offline  # the local stand-in, play mode and the trace recorder: only here
         except ImportError:
-            sys.exit("No ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN is set, and agents/offline "
-                     "(the offline demo) is not next to this script.")
+            raise SystemExit(  # copied alone, or run as python -m (agents/ not on sys.path)
+                f"Set ANTHROPIC_API_KEY, or run python {__file__} with agents/offline/ beside it")
         sys.exit(offline.run(__file__, sys.argv))
     repl()
 

@@ -1,4 +1,8 @@
 #!/usr/bin/env python3
+# /// script
+# requires-python = ">=3.10"
+# dependencies = ["anthropic>=0.83,<3", "python-dotenv>=0.10.1"]
+# ///
 """s11_autonomous.py - autonomous teammates: they claim ready tasks themselves, also as processes.
 Base: s09_team.py - diff against it.
 
@@ -34,7 +38,7 @@ Run:  python agents/s11_autonomous.py  [--demo]  [--trace run.html]   (the demo:
       python agents/s11_autonomous.py --worker NAME [--session ID]    one worker as its own process
 """
 
-import json
+import json  # s02: tool inputs sent as text, previews, strings made sendable
 import os
 import re
 import signal  # s02: bash is stopped whole, also by a Ctrl-C while it starts
@@ -42,6 +46,11 @@ import subprocess
 import sys
 import threading  # s02: bash's output is read as it comes
 from pathlib import Path
+
+try:  # input() gets line editing where readline exists (not on Windows): arrow keys, history
+    import readline  # noqa: F401  (imported for that effect alone)
+except ImportError:
+    pass
 
 from anthropic import Anthropic, APIError  # s02: one kind of error
 from dotenv import load_dotenv
@@ -179,8 +188,8 @@ def unique_id(raw, taken, repairs):
 
 def close_turn(messages, reason):
     """After anything: answer every tool_use left open, so the next request is valid."""
-    if calls := [block for message in messages[-1:] for block in message["content"]
-                 if "input" in block]:  # its tool_use blocks: only they have an input
+    # the last message's tool_use blocks (only they have an input), if there is a last message
+    if messages and (calls := [block for block in messages[-1]["content"] if "input" in block]):
         messages.append({"role": "user", "content": [run_tool(call, reason) for call in calls]})
     elif messages and messages[-1]["role"] == "user":  # s02: marked, so it is not redone
         add_user_text(messages, f"[not answered: {reason}]")
@@ -359,7 +368,7 @@ def kill_group(process):
     """Kill the shell and everything it started."""
     if os.name == "posix":
         os.killpg(process.pid, signal.SIGKILL)
-    else:
+    else:  # Windows has no killpg or SIGKILL: TerminateProcess stops the shell, not its children
         process.kill()
 
 def drain(pipe, output):
@@ -1534,8 +1543,8 @@ def main():
         try:
             import offline  # the local stand-in, play mode and the trace recorder: only here
         except ImportError:
-            sys.exit("No ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN is set, and agents/offline "
-                     "(the offline demo) is not next to this script.")
+            raise SystemExit(  # copied alone, or run as python -m (agents/ not on sys.path)
+                f"Set ANTHROPIC_API_KEY, or run python {__file__} with agents/offline/ beside it")
         sys.exit(offline.run(__file__, sys.argv))
     try:  # s11: quitting the lead must not strand its workers' tasks
         MAILBOX.root.mkdir(parents=True, exist_ok=True)  # the session --worker processes join

@@ -307,10 +307,13 @@ def test_ci_runs_exactly_the_readmes_test_command(readme):
     test_command = next(block for block in blocks if block.endswith("-m pytest"))
     run_command = next(block for block in blocks if block.endswith("agents/s01_agent_loop.py"))
     assert (REPO / ".ci" / "run").read_text().rstrip().splitlines()[-1] == test_command
-    assert (
-        test_command.startswith("python3 -m venv")
-        and "pip --python .venv/bin/python" in test_command
-    ), "both commands make and use a virtual environment (PEP 668 refuses the system Python)"
+    assert test_command.startswith("python3 -m venv .venv && .venv/bin/python -m pip install"), (
+        "both commands make and use a virtual environment (PEP 668 refuses the system Python)"
+    )
+    without_pip = "python3 -m venv --without-pip .venv && python3 -m pip --python .venv/bin/python"
+    assert any(block.startswith(without_pip) for block in blocks), (
+        "the form for a Python whose venv has no ensurepip (Debian, Ubuntu without python3-venv)"
+    )
     assert run_command.rsplit("&&", 1)[0] == test_command.rsplit("&&", 1)[0], (
         "one install, two commands"
     )
@@ -327,6 +330,45 @@ def test_imports_only_stdlib_anthropic_dotenv(step):
     names = {a.name.split(".")[0] for n in top_level if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module.split(".")[0] for n in top_level if isinstance(n, ast.ImportFrom)}
     assert names <= ALLOWED_IMPORTS, f"non-standard imports: {names - ALLOWED_IMPORTS}"
+
+
+# PEP 723 (https://peps.python.org/pep-0723/): the block `uv run` and `pipx run` read.
+SCRIPT_BLOCK = re.compile(
+    r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$"
+)
+RUNTIME = ("anthropic", "python-dotenv")  # the distributions of ALLOWED_IMPORTS' non-stdlib names
+
+
+def requirement_lines() -> dict:
+    """requirements.txt as {distribution name: its line, comment removed}."""
+    lines = (REPO / "requirements.txt").read_text(encoding="utf-8").splitlines()
+    requirements = [line.split(" #")[0].strip() for line in lines if not line.startswith("#")]
+    return {re.match(r"[A-Za-z0-9._-]+", line).group(): line for line in requirements if line}
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_inline_metadata_matches_requirements(step):
+    """`uv run agents/sNN_*.py` installs what the block names: requirements.txt's runtime lines."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+; the block itself is plain comments
+    blocks = [m for m in SCRIPT_BLOCK.finditer(source(step)) if m.group("type") == "script"]
+    assert len(blocks) == 1, "one `# /// script` block (PEP 723)"
+    content = "".join(
+        line[2:] if line.startswith("# ") else line[1:]
+        for line in blocks[0].group("content").splitlines(keepends=True)
+    )
+    metadata = tomllib.loads(content)
+    required = requirement_lines()
+    assert metadata["dependencies"] == [required[name] for name in RUNTIME]
+    assert metadata["requires-python"] == ">=3.10"  # DESIGN.md 10; the SDK needs 3.10 too
+
+
+def test_env_example_copied_as_it_is_sets_no_key_and_the_default_model():
+    """`cp .env.example .env` and nothing filled in: the offline demo, with the default model.
+    (python-dotenv 0.10.0 read the empty key as the line after it: requirements.txt's bound.)"""
+    from dotenv import dotenv_values
+
+    values = dotenv_values(REPO / ".env.example")
+    assert values == {"ANTHROPIC_API_KEY": "", "MODEL_ID": "claude-sonnet-5-5"}
 
 
 @pytest.mark.parametrize("step", STEPS)

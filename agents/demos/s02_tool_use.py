@@ -3,13 +3,17 @@
 The model reads a file, writes a checklist from it, tries an edit with the wrong text
 (the harness answers with an error result, and the loop goes on), reads the file again,
 makes the edit, checks it with bash and answers. Each step reacts to the real tool
-results it gets back.
+results it gets back. (cmd.exe, bash's shell on Windows, has no wc: there the model counts
+with find, untested.)
 """
 
+import os
+import re
 from pathlib import Path
 
 from offline import latest_results, result_text, steps_since_prompt, tool_use
 
+COUNT = 'find /c /v ""' if os.name == "nt" else "wc -l"  # cmd.exe's line count, or sh's
 PROMPTS = [
     "Read notes.txt, turn it into a checklist in todo.md, mark the first item done, "
     "and tell me how many lines todo.md has.",
@@ -52,8 +56,9 @@ def policy(request: dict) -> list:
             )
         ]
     if step == 5:
-        return [tool_use("bash", {"command": "wc -l todo.md"})]
-    count = results[0].split()[0] if results and results[0] else "?"
+        return [tool_use("bash", {"command": f"{COUNT} todo.md"})]
+    number = re.search(r"\b\d+\b", results[0]) if results else None  # "4 todo.md", "TODO.MD: 4"
+    count = number.group() if number else "?"
     return [
         f"Done: todo.md is a checklist of the notes with 'buy milk' ticked off. "
         f"bash says it has {count} lines."

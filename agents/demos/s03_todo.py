@@ -8,6 +8,7 @@ finishes. The user then looks at the list with /todos.
 """
 
 import json
+import os
 
 from offline import latest_results, result_text, steps_since_prompt, tool_use
 
@@ -23,10 +24,13 @@ TEST = (
     'print("test_greet: 1 passed")\n'
 )
 
+# Windows has no python3 command; the py launcher comes with python.org's Python (untested).
+PYTHON = "py" if os.name == "nt" else "python3"
+
 # The turns where the model does the work without touching its TODO list.
 WORK = {
     2: [tool_use("write_file", {"path": "test_greet.py", "content": TEST})],
-    3: [tool_use("bash", {"command": "python3 test_greet.py"})],
+    3: [tool_use("bash", {"command": f"{PYTHON} test_greet.py"})],
     4: [
         "The test passes. A docstring would help readers.",
         tool_use(

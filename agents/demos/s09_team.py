@@ -95,10 +95,7 @@ def builder(request: dict) -> list:
         return [
             tool_use(
                 "bash",
-                {
-                    "command": f"echo 'work on task {task_id}' >> worklog.txt"
-                    " && tail -n 1 worklog.txt"
-                },
+                {"command": f"echo work on task {task_id}"},  # the same in sh and cmd.exe
             )
         ]
     if step == 2:

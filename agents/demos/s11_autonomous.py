@@ -16,11 +16,13 @@ Three acts, all real: real worker processes, a real SIGKILL, the step's own clai
 
 A worker's job: sleep (the work), then append one line to results/log.txt, then answer. A worker
 killed during the sleep has not appended anything; the one that takes the job over does.
+
+On Windows (untested) bash runs in cmd.exe, which has no sleep: the job waits with ping instead,
+and the kill is Popen.kill(), which is TerminateProcess there (SIGKILL elsewhere).
 """
 
 import builtins
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -34,6 +36,9 @@ VICTIM = "carol"
 JOBS = 6
 SETTINGS = {"LEASE_SECONDS": "3", "POLL_SECONDS": "0.1", "IDLE_TIMEOUT": "1.5"}  # short, for a demo
 PROMPTS = [f"Plan {JOBS} independent jobs on the board for the workers."]
+WINDOWS = os.name == "nt"  # bash runs in cmd.exe there
+SLOW = "ping -n 2 127.0.0.1 > nul" if WINDOWS else "sleep 0.7"  # about 1 s in cmd.exe
+LOG = r"results\log.txt" if WINDOWS else "results/log.txt"
 
 
 def setup(workdir: Path) -> None:
@@ -61,9 +66,9 @@ def worker_turn(request: dict) -> list:
     job = int(prompt.split("Task #")[-1].split(":")[0])
     me = system_text(request).split("teammate '")[1].split("'")[0]
     if step == 0:
-        return [tool_use("bash", {"command": "sleep 0.7"})]  # the slow part of the job
-    if step == 1:
-        return [tool_use("bash", {"command": f"echo 'job {job} done by {me}' >> results/log.txt"})]
+        return [tool_use("bash", {"command": SLOW})]  # the slow part of the job
+    if step == 1:  # no quotes: cmd.exe would write them into the line
+        return [tool_use("bash", {"command": f"echo job {job} done by {me} >> {LOG}"})]
     return [f"job {job} processed"]
 
 
@@ -134,13 +139,14 @@ def wait_for_a_job(board, name: str) -> int | None:
 
 
 def kill_in_the_middle(workers: dict, job: int | None) -> None:
-    """SIGKILL the victim while it holds a job: nobody gives that job back."""
+    """Kill the victim without warning while it holds a job: nobody gives that job back."""
     if job is None:
         return
     time.sleep(0.2)  # a demo's pause, not a synchronisation: let the others join first
-    workers[VICTIM].send_signal(signal.SIGKILL)
+    workers[VICTIM].kill()  # SIGKILL on POSIX; TerminateProcess on Windows (no SIGKILL there)
+    how = "TerminateProcess" if WINDOWS else "SIGKILL"
     print(
-        f"[demo] killed {VICTIM} (pid {workers[VICTIM].pid}) with SIGKILL while it held #{job}: "
+        f"[demo] killed {VICTIM} (pid {workers[VICTIM].pid}) with {how} while it held #{job}: "
         f"nobody gives that job back; its lease runs out in {SETTINGS['LEASE_SECONDS']}s",
         flush=True,
     )
