@@ -56,6 +56,15 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """The suite runs on every core when pytest-xdist is installed and no -n was given (pass -n 0
+    to run it in one process, e.g. to debug a test); without xdist it runs in one process, where
+    a fixed `-n auto` in pytest.ini would refuse to start."""
+    if getattr(config.option, "numprocesses", "") is None and not hasattr(config, "workerinput"):
+        config.option.numprocesses = "auto"
+
+
 collect_ignore = ["bench"]  # tests/bench/: benchmarks run by hand, never collected
 
 
