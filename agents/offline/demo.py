@@ -204,9 +204,8 @@ def run_traced(script_path: str, trace: str | None, argv: list[str]) -> int:
             os.environ["ANTHROPIC_BASE_URL"] = proxy.url
             # the step, pointed at the proxy
             namespace = runpy.run_path(str(script), run_name="traced")
-            at = argv.index("--trace")
-            # its main() as without --trace: the step's own setup and cleanup
-            sys.argv = argv[:at] + argv[at + 2:]
+            # its main() as with no flags (--trace was the only one): its own setup and cleanup
+            sys.argv = argv[:1]
             namespace["main"]()
         finally:
             sys.argv = saved_argv
