@@ -82,7 +82,7 @@ def test_s02_bad_lines_are_explained_and_the_reply_typed_again(tmp_path):
             '@write_file {"path": "notes.txt", "content": "hi\\n"}',
             "",
             "Done:",
-            "notes.txt says hi.",  # two text lines: one text block
+            "    notes.txt says hi.",  # two text lines: one text block, indentation kept
             "",
         ),
         answered=2,
@@ -94,7 +94,7 @@ def test_s02_bad_lines_are_explained_and_the_reply_typed_again(tmp_path):
     assert out.count("Type the whole reply again.") == 4
     assert '"max_tokens"' in out, "/show printed the request as JSON"
     assert (tmp_path / "notes.txt").read_text() == "hi\n"
-    assert "Done:\nnotes.txt says hi." in out, "the streamed reply came back through the SDK"
+    assert "Done:\n    notes.txt says hi." in out, "the streamed reply came back through the SDK"
 
 
 def test_s03_the_reminder_comes_after_three_replies_without_the_list(tmp_path):

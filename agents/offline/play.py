@@ -281,9 +281,10 @@ class Player:
         blocks: list = []
         while True:
             try:
-                line = self.keyboard.line_for("  > ").strip()
+                typed = self.keyboard.line_for("  > ").rstrip()  # text keeps its indentation
             except EOFError:
                 raise Quit from None
+            line = typed.strip()
             if line == "/quit":
                 raise Quit
             if not line and blocks:
@@ -294,7 +295,7 @@ class Player:
                 print(command(line, request), flush=True)
             elif not line.startswith("@"):
                 text = blocks.pop() + "\n" if blocks and isinstance(blocks[-1], str) else ""
-                blocks.append(text + line)
+                blocks.append(text + typed)
             else:
                 try:
                     blocks.append(parse_call(line, tools))
