@@ -52,7 +52,10 @@ def agent_loop(messages):
         if not calls:  # decided by what the stored reply holds, not by its stop_reason
             return
         # every answer in one user turn; a Ctrl-C appends none of them, and close_turn answers them
-        messages.append({"role": "user", "content": [run_tool(*call) for call in calls]})
+        results = [run_tool(*call) for call in calls]
+        for result in results:  # the first lines of each output, indented under its call
+            print("\n".join(f"  {line[:200]}" for line in result["content"].splitlines()[:4]))
+        messages.append({"role": "user", "content": results})
 
 def call_model(messages):
     """One call; the reply is shown, then stored by add_reply."""
@@ -104,7 +107,7 @@ def repair_call(block, taken, repairs):
 
 def unique_id(raw, taken, repairs):
     """An id the API accepts (^[a-zA-Z0-9_-]+$), unique in the history: the first keeps its id."""
-    call_id = re.sub(r"[^a-zA-Z0-9_-]", "_", f"{raw}")
+    call_id = re.sub(r"[^a-zA-Z0-9_-]", "_", f"{raw}") or "call"  # "" matches nothing either
     while call_id in taken:
         call_id += "_2"
     if call_id != raw:
@@ -122,6 +125,8 @@ def add_user_text(messages, text):
     """Append the user's words; join them to a trailing user turn so roles keep alternating."""
     if not messages or messages[-1]["role"] != "user":
         messages.append({"role": "user", "content": []})
+    if isinstance(messages[-1]["content"], str):  # the SDK's examples start with a plain string
+        messages[-1]["content"] = [{"type": "text", "text": messages[-1]["content"]}]
     messages[-1]["content"].append({"type": "text", "text": text})
 
 

@@ -470,6 +470,7 @@ NAIVE_REJECTED = {
     "empty_text",
     "duplicate_ids",
     "odd_id",
+    "empty_id",
     "string_input",
     "list_input",
     "null_input",

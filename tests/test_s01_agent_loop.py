@@ -76,6 +76,7 @@ RUNS = {
     "duplicate_ids",
     "reused_id",
     "odd_id",
+    "empty_id",
     "call_under_end_turn",
     "unknown_stop_reason",
     "no_stop",
@@ -256,3 +257,22 @@ def test_standalone_copy_runs_with_a_key_and_explains_without_one(run_step, stan
     assert keyless.returncode != 0
     assert "ANTHROPIC_API_KEY" in keyless.stderr and "agents/offline" in keyless.stderr
     assert "Traceback" not in keyless.stderr
+
+
+def test_each_result_is_shown_under_its_call_first_lines_only(agent, standin, type_lines, capsys):
+    """The learner sees what bash answered - the model's next words refer to it."""
+    lines = "".join(f"line{n}\\n" for n in range(1, 7))
+    standin.policy = ScriptedModel([[tool_use("bash", {"command": f"printf '{lines}'"})], ["ok"]])
+    type_lines("go")
+    agent.repl()
+    out = capsys.readouterr().out
+    assert "  line1\n  line2\n  line3\n  line4\n" in out  # indented under the call
+    assert "  line5" not in out  # only the first lines: the model gets all of them
+    assert "line6" in latest_results(standin.requests[-1])[0]["content"]
+
+
+def test_a_plain_string_turn_from_the_sdks_examples_takes_more_text(agent):
+    history = [{"role": "user", "content": "go"}]
+    agent.add_user_text(history, "and then this")
+    assert history == [{"role": "user", "content": [{"type": "text", "text": "go"},
+                                                    {"type": "text", "text": "and then this"}]}]

@@ -593,6 +593,7 @@ RUNS = {
     "duplicate_ids",
     "reused_id",
     "odd_id",
+    "empty_id",
     "string_input",
     "call_under_end_turn",
     "unknown_stop_reason",
@@ -761,3 +762,76 @@ def test_ctrl_c_while_bash_starts_leaves_no_command_running(load_step, workdir, 
     finally:
         signal.signal(signal.SIGINT, previous)
     assert started and started[0].wait(timeout=30) is not None  # killed, not left running
+
+
+class PeerClosed(Exception):
+    """What the HTTP layer raises when a stream ends before its announced end."""
+
+
+def cut_stream(error):
+    """A stand-in for client.messages.stream whose reply breaks off with `error`."""
+
+    class Stream:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def __iter__(self):
+            raise error
+
+        def get_final_message(self):
+            raise error
+
+    return lambda **request: Stream()
+
+
+def chained(outer, inner):
+    """outer raised from inner, as an SDK that wraps the HTTP layer's error does."""
+    try:
+        try:
+            raise inner
+        except Exception as cause:
+            raise outer from cause
+    except Exception as error:
+        return error
+
+
+def test_a_stream_cut_short_is_one_line_whichever_error_the_sdk_raises(
+    load_step, type_lines, capsys
+):
+    """Older SDKs let the HTTP layer's error through; newer ones wrap it in APIConnectionError.
+    The step's line is the same either way, and the REPL answers the next prompt."""
+    from anthropic import APIConnectionError
+
+    lines = []
+    for error in (
+        PeerClosed("peer closed connection"),
+        chained(APIConnectionError(message="Connection to x failed", request=None),
+                PeerClosed("peer closed connection")),
+    ):
+        agent = load_step(STEP)
+        agent.client.messages.stream = cut_stream(error)
+        type_lines("first", "/help")
+        agent.repl()
+        out = capsys.readouterr().out
+        errors = [line for line in out.splitlines() if line.startswith("[")]
+        assert len(errors) == 1 and "Commands: /help" in out and "Traceback" not in out
+        lines.append(errors[0])
+    expected = "[APIError: not a valid reply: PeerClosed('peer closed connection')]"
+    assert lines[0] == lines[1] == expected
+
+
+def test_a_refusal_to_a_plain_string_turn_leaves_a_valid_history(agent, standin):
+    """The SDK's own examples start a history with a plain string; a snippet copied from this
+    step must take it: closing the refused turn adds a block to it."""
+    refusal = {"type": "refusal", "category": "cyber", "explanation": "declined"}
+    standin.policy = ScriptedModel([reply([], "refusal", refusal), ["fine"]])
+    history = [{"role": "user", "content": "go"}]
+    agent.agent_loop(history)
+    assert history[0]["content"][0] == {"type": "text", "text": "go"}
+    assert history[0]["content"][1]["text"].startswith("[not answered: the model declined")
+    agent.add_user_text(history, "try again")
+    agent.agent_loop(history)
+    assert standin.rejected == [] and history[-1]["content"] == [{"type": "text", "text": "fine"}]

@@ -30,13 +30,13 @@ the replies a real model also sends: empty (`reply([])`), "refusal", "pause_turn
 Quirks. `QUIRKS[name](tool_use(...))` is the reply that real models and Anthropic-compatible
 endpoints are known to send instead of a clean one, streamed or not: whitespace_text,
 whitespace_only, empty_text (text a request may not carry), duplicate_ids, reused_id ("call_0"
-every turn), odd_id ("functions.bash:0"), string_input / list_input / null_input (input that is
-not an object), missing_name, empty_name, tool_use_without_call (stop_reason "tool_use" and no
-call), call_under_end_turn, unknown_stop_reason, no_stop (the stream ends after the last block,
-before message_delta: no stop reason at all), null_usage, no_usage (the SDK cannot accumulate a
-stream without usage: it raises), unknown_block (a server_tool_use block). Stored as it came,
-each but the last five makes the next request invalid; the validator then answers 400 as the
-real API does.
+every turn), odd_id ("functions.bash:0"), empty_id (""), string_input / list_input / null_input
+(input that is not an object), missing_name, empty_name, tool_use_without_call (stop_reason
+"tool_use" and no call), call_under_end_turn, unknown_stop_reason, no_stop (the stream ends after
+the last block, before message_delta: no stop reason at all), null_usage, no_usage (the SDK
+cannot accumulate a stream without usage: it raises), unknown_block (a server_tool_use block).
+Stored as it came, each but the last five makes the next request invalid; the validator then
+answers 400 as the real API does.
 
 Tokens. The request is cut into the units the API caches, in its order: each tool
 definition, the system prompt, then every content block of every message.

@@ -66,6 +66,7 @@ QUIRKS: dict[str, Callable[[dict], Reply]] = {
                                          _raw_call(call, id="call_0")]),
     "reused_id": lambda call: Reply([_raw_call(call, id="call_0")]),  # every turn counts from 0
     "odd_id": lambda call: Reply([_raw_call(call, id="functions.bash:0")]),
+    "empty_id": lambda call: Reply([_raw_call(call, id="")]),  # matches no pattern: not valid
     "string_input": lambda call: Reply([_raw_call(call, input=json.dumps(call["input"]))]),
     "list_input": lambda call: Reply([_raw_call(call, input=list(call["input"].values()))]),
     "null_input": lambda call: Reply([_raw_call(call, input=None)]),
