@@ -3,6 +3,9 @@ accepts, and look enough like it that the official SDK works unchanged."""
 
 import copy
 import json
+import socket
+import struct
+import threading
 import urllib.error
 import urllib.request
 
@@ -351,6 +354,54 @@ def test_faults_mid_stream_and_malformed_replies(standin):
         ).read()
         with pytest.raises((ValueError, KeyError, AssertionError)):
             assert json.loads(body)["content"] is not None
+
+
+def kill(conn: socket.socket) -> None:
+    """Close as a killed process's socket closes when data is still coming: with a reset."""
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+
+
+@pytest.mark.parametrize("when", ["before its reply", "before its stream", "mid-stream"])
+def test_a_client_killed_while_it_is_answered_leaves_no_traceback(standin, capsys, when):
+    """The demo of s11 kills a worker that may be waiting for its reply; the stand-in runs in the
+    demo's own process, so a traceback of its handler would land in the learner's console."""
+    finished, made, killed = threading.Event(), threading.Event(), threading.Event()
+    server = standin._server
+    close_request = server.shutdown_request
+
+    def closed(request):  # after the handler is done (and after handle_error, if it failed)
+        close_request(request)
+        finished.set()
+
+    server.shutdown_request = closed
+
+    def policy(request):
+        made.set()
+        killed.wait(30)  # a hang guard: the test sets it once the client is gone
+        return ["a reply long enough to be streamed in several pieces of text, one at a time"]
+
+    standin.policy = policy
+    if when == "mid-stream":
+        standin.fail_next("stream_stall")
+    body = json.dumps({**good_request(), "stream": when != "before its reply"}).encode()
+    host, port = standin.url.removeprefix("http://").split(":")
+    conn = socket.create_connection((host, int(port)), timeout=30)
+    conn.sendall(
+        f"POST /v1/messages HTTP/1.1\r\nHost: {host}\r\nX-Api-Key: k\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+    )
+    if when == "mid-stream":
+        killed.set()
+        assert standin.stalled.wait(30)
+        kill(conn)
+        standin.release.set()
+    else:
+        assert made.wait(30)
+        kill(conn)
+        killed.set()
+    assert finished.wait(30), "the stand-in is still answering a client that is gone"
+    assert capsys.readouterr().err == ""  # before: a ConnectionResetError traceback
 
 
 # -- Prompt caching, as documented in the header ----------------------------------------
