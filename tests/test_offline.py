@@ -1,6 +1,7 @@
 """The local stand-in: it must reject what the real Messages API rejects, accept what it
 accepts, and look enough like it that the official SDK works unchanged."""
 
+import ast
 import copy
 import json
 import socket
@@ -12,6 +13,7 @@ import urllib.request
 import anthropic
 import pytest
 
+from conftest import AGENTS
 from offline import QUIRKS, ScriptedModel, estimate_tokens, reply, tool_use, validate_request
 
 TOOLS = [
@@ -565,3 +567,54 @@ def test_each_quirk_reaches_the_sdk_streamed_or_not(standin, quirk, streamed):
     assert final.stop_reason == (None if quirk == "no_stop" else sent["stop_reason"])
     if quirk in NAIVE_REJECTED:  # stored as it came, the next request is refused like the real API
         assert validate_request({**ask, "messages": naive_history(sent)}) is not None
+
+
+# -- The package itself: modules a reader takes in one go, and no import cycle ------------------
+PACKAGE = AGENTS / "offline"
+MAX_LINES = 350
+
+
+def test_every_module_of_the_package_is_at_most_350_lines():
+    sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in PACKAGE.glob("*.py")}
+    assert sizes and {name: n for name, n in sizes.items() if n > MAX_LINES} == {}
+
+
+def package_imports(path) -> set:
+    """The modules of the package that one module imports, wherever the import statement sits
+    (a lazy import inside a function still makes a cycle): `from .x import y`, `from . import x`
+    (the package itself when x is not a module), `import offline.x`, `from offline import y`."""
+    modules, found = {p.stem for p in PACKAGE.glob("*.py")}, set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.level == 1 or node.module == "offline"
+                                                 or str(node.module).startswith("offline.")):
+            within = (node.module or "").removeprefix("offline").lstrip(".") if node.level == 0 \
+                else node.module or ""
+            if within:
+                found.add(within.split(".")[0])
+            else:
+                found |= {a.name if a.name in modules else "__init__" for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[1] if "." in a.name else "__init__" for a in node.names
+                      if a.name.split(".")[0] == "offline"}
+    return found - {path.stem}
+
+
+def test_the_package_has_no_import_cycle():
+    graph = {p.stem: package_imports(p) for p in PACKAGE.glob("*.py")}
+    done, path = set(), []
+
+    def visit(module: str) -> None:
+        assert module not in path, "import cycle: " + " -> ".join(path[path.index(module):]
+                                                                  + [module])
+        if module in done:
+            return
+        path.append(module)
+        for imported in sorted(graph.get(module, ())):
+            visit(imported)
+        path.pop()
+        done.add(module)
+
+    visit("__init__")
+    assert done == set(graph), "every module is imported by the package (and the parser sees it)"
+    for module in sorted(graph):
+        visit(module)
