@@ -2,8 +2,8 @@
 
 The step runs its real REPL; its model calls go to the stand-in, whose policy is a Player: for
 each call it prints what the model receives - on an agent's first call its system prompt and
-tools, then on every call what is new since that agent's previous one - and reads the reply
-from the keyboard:
+tools, then on every call what is new since that agent's previous one (play_view.py) - and
+reads the reply from the keyboard:
 
     @NAME {json}     a tool call (several such lines: parallel calls in one reply)
     any other line   text
