@@ -79,6 +79,9 @@ BAD = {
     "5.1 max_tokens bool": lambda b: b.update(max_tokens=True),
     "5.1 messages empty": lambda b: b.update(messages=[]),
     "5.1 messages missing": lambda b: b.pop("messages"),
+    "5.1 a lone surrogate (JSON text can spell it; it is no character)": lambda b: msgs(b)[1][
+        "content"
+    ][1].update(input={"command": "echo \udc00"}),
     "5.2 system role in messages": lambda b: msgs(b).insert(0, {"role": "system", "content": "x"}),
     "5.2 first message assistant": lambda b: msgs(b).insert(
         0, {"role": "assistant", "content": "hi"}
@@ -153,6 +156,9 @@ GOOD = {
         ),
     ),
     "consecutive user turns": lambda b: msgs(b).append({"role": "user", "content": "and more"}),
+    "a surrogate pair (sent as \\ud83d\\ude00: one character)": lambda b: msgs(b)[0].update(
+        content="smile \U0001f600"
+    ),
 }
 
 
