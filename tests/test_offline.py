@@ -1,14 +1,19 @@
 """The local stand-in: it must reject what the real Messages API rejects, accept what it
 accepts, and look enough like it that the official SDK works unchanged."""
 
+import ast
 import copy
 import json
+import socket
+import struct
+import threading
 import urllib.error
 import urllib.request
 
 import anthropic
 import pytest
 
+from conftest import AGENTS
 from offline import QUIRKS, ScriptedModel, estimate_tokens, reply, tool_use, validate_request
 
 TOOLS = [
@@ -74,6 +79,9 @@ BAD = {
     "5.1 max_tokens bool": lambda b: b.update(max_tokens=True),
     "5.1 messages empty": lambda b: b.update(messages=[]),
     "5.1 messages missing": lambda b: b.pop("messages"),
+    "5.1 a lone surrogate (JSON text can spell it; it is no character)": lambda b: msgs(b)[1][
+        "content"
+    ][1].update(input={"command": "echo \udc00"}),
     "5.2 system role in messages": lambda b: msgs(b).insert(0, {"role": "system", "content": "x"}),
     "5.2 first message assistant": lambda b: msgs(b).insert(
         0, {"role": "assistant", "content": "hi"}
@@ -148,6 +156,9 @@ GOOD = {
         ),
     ),
     "consecutive user turns": lambda b: msgs(b).append({"role": "user", "content": "and more"}),
+    "a surrogate pair (sent as \\ud83d\\ude00: one character)": lambda b: msgs(b)[0].update(
+        content="smile \U0001f600"
+    ),
 }
 
 
@@ -353,6 +364,54 @@ def test_faults_mid_stream_and_malformed_replies(standin):
             assert json.loads(body)["content"] is not None
 
 
+def kill(conn: socket.socket) -> None:
+    """Close as a killed process's socket closes when data is still coming: with a reset."""
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+
+
+@pytest.mark.parametrize("when", ["before its reply", "before its stream", "mid-stream"])
+def test_a_client_killed_while_it_is_answered_leaves_no_traceback(standin, capsys, when):
+    """The demo of s11 kills a worker that may be waiting for its reply; the stand-in runs in the
+    demo's own process, so a traceback of its handler would land in the learner's console."""
+    finished, made, killed = threading.Event(), threading.Event(), threading.Event()
+    server = standin._server
+    close_request = server.shutdown_request
+
+    def closed(request):  # after the handler is done (and after handle_error, if it failed)
+        close_request(request)
+        finished.set()
+
+    server.shutdown_request = closed
+
+    def policy(request):
+        made.set()
+        killed.wait(30)  # a hang guard: the test sets it once the client is gone
+        return ["a reply long enough to be streamed in several pieces of text, one at a time"]
+
+    standin.policy = policy
+    if when == "mid-stream":
+        standin.fail_next("stream_stall")
+    body = json.dumps({**good_request(), "stream": when != "before its reply"}).encode()
+    host, port = standin.url.removeprefix("http://").split(":")
+    conn = socket.create_connection((host, int(port)), timeout=30)
+    conn.sendall(
+        f"POST /v1/messages HTTP/1.1\r\nHost: {host}\r\nX-Api-Key: k\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+    )
+    if when == "mid-stream":
+        killed.set()
+        assert standin.stalled.wait(30)
+        kill(conn)
+        standin.release.set()
+    else:
+        assert made.wait(30)
+        kill(conn)
+        killed.set()
+    assert finished.wait(30), "the stand-in is still answering a client that is gone"
+    assert capsys.readouterr().err == ""  # before: a ConnectionResetError traceback
+
+
 # -- Prompt caching, as documented in the header ----------------------------------------
 def cached(server, body) -> dict:
     status, message = post(server, {**body, "cache_control": {"type": "ephemeral"}})
@@ -515,3 +574,54 @@ def test_each_quirk_reaches_the_sdk_streamed_or_not(standin, quirk, streamed):
     assert final.stop_reason == (None if quirk == "no_stop" else sent["stop_reason"])
     if quirk in NAIVE_REJECTED:  # stored as it came, the next request is refused like the real API
         assert validate_request({**ask, "messages": naive_history(sent)}) is not None
+
+
+# -- The package itself: modules a reader takes in one go, and no import cycle ------------------
+PACKAGE = AGENTS / "offline"
+MAX_LINES = 350
+
+
+def test_every_module_of_the_package_is_at_most_350_lines():
+    sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in PACKAGE.glob("*.py")}
+    assert sizes and {name: n for name, n in sizes.items() if n > MAX_LINES} == {}
+
+
+def package_imports(path) -> set:
+    """The modules of the package that one module imports, wherever the import statement sits
+    (a lazy import inside a function still makes a cycle): `from .x import y`, `from . import x`
+    (the package itself when x is not a module), `import offline.x`, `from offline import y`."""
+    modules, found = {p.stem for p in PACKAGE.glob("*.py")}, set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (node.level == 1 or node.module == "offline"
+                                                 or str(node.module).startswith("offline.")):
+            within = (node.module or "").removeprefix("offline").lstrip(".") if node.level == 0 \
+                else node.module or ""
+            if within:
+                found.add(within.split(".")[0])
+            else:
+                found |= {a.name if a.name in modules else "__init__" for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name.split(".")[1] if "." in a.name else "__init__" for a in node.names
+                      if a.name.split(".")[0] == "offline"}
+    return found - {path.stem}
+
+
+def test_the_package_has_no_import_cycle():
+    graph = {p.stem: package_imports(p) for p in PACKAGE.glob("*.py")}
+    done, path = set(), []
+
+    def visit(module: str) -> None:
+        assert module not in path, "import cycle: " + " -> ".join(path[path.index(module):]
+                                                                  + [module])
+        if module in done:
+            return
+        path.append(module)
+        for imported in sorted(graph.get(module, ())):
+            visit(imported)
+        path.pop()
+        done.add(module)
+
+    visit("__init__")
+    assert done == set(graph), "every module is imported by the package (and the parser sees it)"
+    for module in sorted(graph):
+        visit(module)

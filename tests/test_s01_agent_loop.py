@@ -1,11 +1,12 @@
 """s01: the minimal correct loop - one tool, every tool_use answered, every reply repaired
 where it enters the history, a REPL that survives Ctrl-C and errors, the offline demo."""
 
+import re
 import shutil
 
 import pytest
 
-from conftest import AGENTS, replay_a_quirk
+from conftest import AGENTS, REPO, replay_a_quirk
 from offline import QUIRKS, ScriptedModel, latest_results, tool_use
 
 STEP = "s01_agent_loop"
@@ -207,6 +208,28 @@ def test_an_api_error_is_one_line_and_the_next_prompt_is_answered(
     out = capsys.readouterr().out
     assert "[BadRequestError: " in out and "second answer" in out
     assert standin.rejected == [] and "Traceback" not in out
+
+
+def test_a_lone_surrogate_in_a_tool_input_fails_every_later_request_as_the_walkthrough_says(
+    agent, standin, type_lines, capsys
+):
+    """What s01 leaves to s02: the call is stored with its input, so no later request of the
+    session goes through - the SDK cannot encode it, or (sent escaped) the API refuses it."""
+    standin.policy = ScriptedModel(
+        [[tool_use("bash", {"command": "echo \udc00"})], ["never answered"], ["never answered"]]
+    )
+    type_lines("run it", "hello again", "and again")
+    agent.repl()
+    out = capsys.readouterr().out
+    assert len(standin.calls) == 1 and "never answered" not in out
+    failed = [line for line in out.splitlines() if re.match(r"\[\w+Error: ", line)]
+    assert len(failed) == 3, out  # one line at each prompt: the request after the call, then each
+    said = {
+        lang: " ".join((REPO / "docs" / lang / f"{STEP}.md").read_text("utf-8").split())
+        for lang in ("en", "zh")
+    }
+    assert "from then on every request fails" in said["en"]
+    assert "之后的每一个请求都会失败" in said["zh"]
 
 
 def test_ctrl_c_during_the_model_call_marks_nothing_and_the_repl_goes_on(

@@ -725,6 +725,78 @@ def test_a_stream_that_breaks_off_upstream_breaks_off_for_the_step_without_a_tra
     assert "an answer that broke off" in said
 
 
+@contextlib.contextmanager
+def cut_short_server():
+    """An upstream on 127.0.0.1 that announces the length of its answer (Content-Length), sends
+    half of it and closes the connection: a real endpoint's answer cut off in the middle."""
+    whole = json.dumps(make_message({"model": "m"}, ["cut off in the middle"], {})).encode()
+
+    class CutShort(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(whole)))
+            self.end_headers()
+            self.wfile.write(whole[: len(whole) // 2])
+            self.close_connection = True  # the rest never comes
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), CutShort)
+    server.daemon_threads = True
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_proxy_breaks_off_an_answer_of_announced_length_that_the_upstream_cut_short():
+    """Before: the proxy took the early end for the end and kept the client's connection open;
+    the client waited for the rest until its read timeout (the SDK's: 600 s)."""
+    with cut_short_server() as upstream, ForwardingProxy(upstream) as proxy:
+        host, port = proxy.url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)  # a hang guard only
+        conn.request(
+            "POST",
+            "/v1/messages",
+            json.dumps({"model": "m", "messages": []}),
+            {"X-Api-Key": "k", "Content-Type": "application/json"},
+        )
+        answer = conn.getresponse()
+        with pytest.raises(http.client.IncompleteRead):  # the end came too soon, and says so
+            answer.read()
+        conn.close()
+        assert proxy.settle() and proxy.calls == []
+        [said] = proxy.notes
+        assert "an answer that broke off" in said
+
+
+def test_a_step_whose_upstream_cuts_an_answer_short_breaks_off_at_once(run_step, workdir):
+    """The step itself, through --trace: one clear line, no traceback, the REPL goes on, and it
+    does not wait for the SDK's read timeout (the subprocess's 60 s timeout is the hang guard)."""
+    with cut_short_server() as upstream:
+        done = run_step(
+            "s01_agent_loop",
+            "hello\n",
+            args=["--trace", "cut.html"],
+            env={"ANTHROPIC_BASE_URL": upstream},
+            timeout=60,
+        )
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert "Traceback" not in done.stdout
+    [said] = [line for line in done.stdout.splitlines() if "not recorded" in line]
+    assert "an answer that broke off" in said
+    assert "[trace] 0 model calls written to cut.html" in done.stdout
+
+
 # -- Recording a stream: server-sent events as the spec reads them -----------------------------
 STREAMED = make_message(
     {"model": "m"},

@@ -14,10 +14,10 @@ the official `anthropic` SDK talks to it unchanged. The steps never know.
 
 Read in this order: this header (the rules it follows), server.py (StandIn.handle), then
 protocol.py (validate_request); replies.py holds the replies and QUIRKS, cache.py the cache
-ledger; demo.py (the demo runner, the flags and --trace), proxy.py (the recording proxy),
-answers.py (how it reads what it relays), page.py and page_parts.py (the trace page), record.py
-(run.json) and play.py (play mode) come last. Everything is importable from the package:
-`import offline`.
+ledger; entry.py (a step's flags, and what each runs), demo.py (the demo runner and --trace),
+proxy.py (the recording proxy), answers.py (how it reads what it relays), page.py, page_parts.py
+and page_changes.py (the trace page), record.py (run.json), and play.py with play_view.py (play
+mode) come last. Everything is importable from the package: `import offline`.
 
 Policies. A policy is a function `policy(request: dict)` that looks at the request
 (system prompt, messages, tools) and returns the next assistant turn: a list of
@@ -83,7 +83,8 @@ Play mode: with --play, the policy is a Player (play.py): the learner is the mod
 own main() runs in the current folder (with --demo: a temporary folder seeded like the demo),
 and each model call shows what the model receives and reads the reply from the keyboard
 (`@tool {json}` lines are calls). In s09/s11 the learner plays the lead and the demo's policy
-answers the others, unless --play all. `flags()` is the argparse parser of every step's flags.
+answers the others, unless --play all. `flags()` (entry.py) is the argparse parser of every
+step's flags.
 
 run.json. Beside the page, --trace run.html writes run.json: {"title", "messages", "system",
 "tools", "calls"}. Each call is {"agent", "at" (time.time() when its reply was recorded),
@@ -96,9 +97,11 @@ record["system"][request["system"]] and record["tools"][request["tools"]] where 
 
 from .answers import chunked_whole, dechunk, is_event_stream, read_sse, rebuild
 from .cache import CACHE_MIN_TOKENS, CACHE_TTL, CacheLedger, cache_units
-from .demo import (BANNER, flags, load_demo, run, run_demo, run_traced, save_trace,
-                   scripted_input, session_folders, trace_problem, unrecorded)
-from .play import Keyboard, Player, View, parse_call, run_play
+from .demo import (BANNER, load_demo, run_demo, run_traced, save_trace, scripted_input,
+                   session_folders, unrecorded)
+from .entry import flags, run, trace_problem
+from .play import Keyboard, Player, parse_call, run_play
+from .play_view import View
 from .page import (AGENT_LABELS, PAGE_STYLE, Drawn, agent_of, render_block, render_call,
                    render_message, usage_figure, write_trace)
 from .protocol import (Interner, ScriptedModel, blocks_of, estimate_tokens, is_prompt,

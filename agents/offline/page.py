@@ -3,7 +3,8 @@
 Top to bottom: the header (the totals; why a small request shows no cache), the index of calls
 with the filter by agent, a panel per call (render_call), then the mail and the task board.
 No script and nothing from the network: it opens from disk, with scripts disabled too.
-page_parts.py draws the pieces around the messages; record.py writes run.json beside the page.
+page_parts.py draws the pieces around the messages and page_changes.py what changed in a
+history; record.py writes run.json beside the page.
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .cache import CACHE_MIN_TOKENS
-from .page_parts import (AGENT_LABELS, TOKEN_FIGURES, agent_of, before_after, board_table,
-                         call_index, clipped, context_bar, context_size, edit_line, filter_rules,
-                         legend, link_runs, mail_table, message_text, render_figure,
-                         system_block, tools_block, usage_figure)
+from .page_changes import before_after, edit_line, link_runs, message_text
+from .page_parts import (AGENT_LABELS, TOKEN_FIGURES, agent_of, board_table, call_index, clipped,
+                         context_bar, context_size, filter_rules, legend, mail_table,
+                         render_figure, system_block, tools_block, usage_figure)
 from .protocol import blocks_of
 from .record import Numbered
 

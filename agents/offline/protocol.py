@@ -124,10 +124,21 @@ def validate_request(body: dict) -> str | None:
     """Return the error message the real API would give, or None if the request is valid."""
     if not isinstance(body, dict):
         return "request body must be a JSON object"
-    for check in (_check_top_level, _check_tools, _check_messages, _check_tool_pairing):
+    for check in (_check_encodable, _check_top_level, _check_tools, _check_messages,
+                  _check_tool_pairing):
         error = check(body)
         if error:
             return error
+    return None
+
+
+def _check_encodable(body: dict) -> str | None:
+    """JSON text may spell a lone surrogate ("\\udc00"), but it is no character: the real API
+    refuses such a body as invalid JSON (an SDK that encodes the body as UTF-8 cannot send it)."""
+    try:
+        _compact(body).encode("utf-8")
+    except UnicodeEncodeError as error:
+        return f"request body is not valid JSON: a lone surrogate {error.object[error.start]!r}"
     return None
 
 

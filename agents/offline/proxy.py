@@ -221,9 +221,12 @@ class ProxyHandler(BaseHTTPRequestHandler):
         while block := answer.read1(65536):
             self.wfile.write(block if sized else b"%x\r\n%s\r\n" % (len(block), block))
             blocks.append(block)
+        body = b"".join(blocks)
+        if sized and answer.length:  # read1 ends quietly when the upstream closes too soon:
+            raise http.client.IncompleteRead(body, answer.length)  # what it announced is missing
         if not sized:
             self.wfile.write(b"0\r\n\r\n")
-        return b"".join(blocks)
+        return body
 
     def record(self, request: dict, answer, body: bytes) -> None:
         kind = answer.getheader("Content-Type") or ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections import deque
@@ -126,6 +127,12 @@ class StandInServer(ThreadingHTTPServer):
     def __init__(self, stand_in: StandIn):
         self.stand_in = stand_in
         super().__init__(("127.0.0.1", 0), StandInHandler)
+
+    def handle_error(self, request, client_address):
+        """A client that went away (killed, Ctrl-C) while it was answered: nothing to report.
+        Anything else is a fault of the stand-in, and keeps its traceback."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # BrokenPipe, ConnectionReset...
+            super().handle_error(request, client_address)
 
 
 class StandInHandler(BaseHTTPRequestHandler):
