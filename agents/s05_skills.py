@@ -11,7 +11,7 @@ skills/ and .claude/skills/ of the workspace; they are read once, when the sessi
 Two layers, so the cached prefix of every request stays the same:
 
     system prompt (never changes in a session)     history (grows at the end)
-    SYSTEM + "Skills you can load:"                user: "record the fix in the changelog"
+    SYSTEM + "Skills - before a task ..."          user: "record the fix in the changelog"
       - changelog: Write CHANGELOG.md entries...   assistant: load_skill("changelog")
       - commit-message: ...                        user: tool_result <skill name="changelog">
     (name + description only: a few lines)                 ...the whole body...</skill>
@@ -437,8 +437,8 @@ def field_value(value: str, more: str) -> str:
         return json.loads(quoted[1], strict=False)  # JSON's escapes are YAML's usual ones
     plain = folded(re.split(r"\s#", value)[0] + "\n" + more).strip()  # a " #" starts a comment
     if re.match(r"""[]['"{}&*!%@`|>#]""", plain) or re.search(r":(\s|$)", plain):
-        raise ValueError(f"{plain[:60]!r} is not a plain value (a quote not closed on its line, "
-                         "': ' inside, or a YAML sign first); put it in quotes")
+        raise ValueError(f"{textwrap.shorten(plain, 60)!r} is not a plain value (a quote not "
+                         "closed on its line, ': ' inside, or a YAML sign first); put it in quotes")
     return plain
 
 def folded(text: str) -> str:
@@ -451,8 +451,8 @@ def system_prompt() -> str:
                for name in sorted(SKILLS)]
     if not listing:
         return SYSTEM
-    return "\n".join([SYSTEM, "Skills: when a task matches one, call load_skill with its name "
-                      "first and follow its instructions.", *listing])
+    return "\n".join([SYSTEM, "Skills - before a task one of these covers, call load_skill with "
+                      "its name and follow it:", *listing])
 
 def run_load_skill(name: str) -> str:
     if name not in SKILLS:

@@ -1,10 +1,14 @@
 """s05: which folders are skills, the front matter reader, the listing in a system prompt that
 never changes, load_skill, /skills, and the offline demo."""
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import AGENTS
 
 from offline import CACHE_MIN_TOKENS, ScriptedModel, latest_results, result_text, tool_use
 
@@ -247,3 +251,20 @@ def test_offline_demo_refuses_the_broken_skill_loads_one_and_prints_the_cache(of
     read_after_load, written_before = figures[2][0], figures[1][1]
     assert written_before > 0 and read_after_load == written_before
     assert "0 rejected by the validator" in out
+
+
+def test_play_shows_the_listing_at_the_first_call_and_the_body_once_loaded(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    env.update(PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8")
+    lines = ["record the fix in the changelog", '@load_skill {"name": "changelog"}', "",
+             "Loaded.", "", "q"]
+    done = subprocess.run([sys.executable, str(AGENTS / f"{STEP}.py"), "--play", "--demo"],
+                          input="\n".join(lines) + "\n", capture_output=True, text=True,
+                          encoding="utf-8", cwd=tmp_path, env=env, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    first, second = done.stdout.split("--- model call ")[1:3]
+    assert "- changelog: Record a change" in first and "- release-notes: Turn" in first
+    assert "system:" not in second, "the system prompt did not change"
+    assert '<skill name="changelog" folder="skills/changelog">' in second
+    assert "[play] 2 model calls answered; 0 rejected by the validator." in done.stdout
+    assert list(tmp_path.iterdir()) == []
