@@ -12,7 +12,7 @@ Two layers, so the cached prefix of every request stays the same:
 
     system prompt (never changes in a session)     history (grows at the end)
     SYSTEM + "Skills - before a task ..."          user: "record the fix in the changelog"
-      - changelog: Write CHANGELOG.md entries...   assistant: load_skill("changelog")
+      - changelog: Record a change in ...          assistant: load_skill("changelog")
       - commit-message: ...                        user: tool_result <skill name="changelog">
     (name + description only: a few lines)                 ...the whole body...</skill>
 

@@ -235,7 +235,8 @@ def test_skills_with_none_says_where_they_go(agent, type_lines, capsys):
 
 # -- As a learner runs it -------------------------------------------------------------------
 def test_offline_demo_refuses_the_broken_skill_loads_one_and_prints_the_cache(offline_demo):
-    out = offline_demo(STEP).done.stdout
+    demo = offline_demo(STEP)
+    out = demo.done.stdout
     refused = "[skill left out] skills/code-review/SKILL.md: cannot read description:"
     assert out.count(refused) == 1 and out.index(refused) < out.index("s05 >> /skills")
     listed = out.split("s05 >> /skills", 1)[1].split("s05 >> ", 1)[0]
@@ -251,6 +252,9 @@ def test_offline_demo_refuses_the_broken_skill_loads_one_and_prints_the_cache(of
     read_after_load, written_before = figures[2][0], figures[1][1]
     assert written_before > 0 and read_after_load == written_before
     assert "0 rejected by the validator" in out
+    page = demo.trace.read_text(encoding="utf-8")  # the trace shows the listing and the body
+    assert "- changelog: Record a change in CHANGELOG.md" in page
+    assert "&lt;skill name=&quot;changelog&quot; folder=&quot;skills/changelog&quot;&gt;" in page
 
 
 def test_play_shows_the_listing_at_the_first_call_and_the_body_once_loaded(tmp_path):
