@@ -34,7 +34,7 @@ import re
 import signal  # s02: bash is stopped whole, also by a Ctrl-C while it starts
 import subprocess
 import sys
-import textwrap  # s05: a block's common indent removed
+import textwrap  # s05: a block value dedented, a long value shortened in a refusal
 import threading  # s02: bash's output is read as it comes
 from pathlib import Path
 
