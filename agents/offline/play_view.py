@@ -10,16 +10,17 @@ import textwrap
 from .protocol import blocks_of, result_text, system_text
 
 FOLD = 4  # lines of a long text shown before "... N more lines"
+SYSTEM_FOLD = 12  # a system prompt shows more: a listing in it (s05: skills) is read to decide
 
 
 # -- What the model receives ---------------------------------------------------------
-def folded(label: str, text: str) -> str:
-    """label: text, on one line if it fits; else its first FOLD lines, wrapped, below the label."""
+def folded(label: str, text: str, fold: int = FOLD) -> str:
+    """label: text, on one line if it fits; else its first `fold` lines, wrapped, below it."""
     lines = [part for line in text.splitlines() or [""] for part in textwrap.wrap(line, 92) or [""]]
     if len(lines) == 1 and len(label + lines[0]) < 96:
         return f"{label}: {lines[0]}"
-    shown = "\n".join("      " + line for line in lines[:FOLD])
-    more = len(lines) - FOLD
+    shown = "\n".join("      " + line for line in lines[:fold])
+    more = len(lines) - fold
     hidden = f"\n      ... {more} more line{'s' * (more > 1)} (/show)" if more > 0 else ""
     return f"{label}:\n{shown}{hidden}"
 
@@ -78,7 +79,7 @@ class View:
         lines = []
         system, tools = system_text(request), request.get("tools") or []
         if system != self.system and system:
-            lines.append(folded("  system", system))
+            lines.append(folded("  system", system, SYSTEM_FOLD))
         if tools != self.tools:
             lines += wrapped("  tools: ", [signature(t) for t in tools])
         messages, names = request["messages"], tool_names(request["messages"])
