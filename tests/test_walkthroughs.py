@@ -24,6 +24,7 @@ LADDER = [
     "s03_todo",
     "s06_compact",
     "s07_task_system",
+    "s08_background",
     "s09_team",
     "s11_autonomous",
 ]
