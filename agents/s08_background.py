@@ -57,9 +57,9 @@ OUTPUT_LIMIT = 50_000  # characters of tool output sent back to the model
 client = Anthropic(api_key=API_KEY, auth_token=AUTH_TOKEN) if API_KEY or AUTH_TOKEN else None
 SYSTEM = (f"You are a coding agent working in {WORKDIR}. "  # s02: where the model works
           "Use the tools to inspect and change files; act, then report briefly.")
-SYSTEM += (" Start slow commands (test suites, builds, downloads) with background_run and"  # s08
-           " go on working; their results arrive later inside <background-results>, written"
-           " by the harness, not by the user.")
+SYSTEM += (" Start slow commands (test suites, builds) with background_run"  # s08: say who talks
+           " and go on working; their results arrive later inside <background-results>,"
+           " written by the harness, not by the user.")
 
 
 # -- The agent loop ---------------------------------------------------------------
@@ -401,13 +401,14 @@ def run_background(command: str) -> str:
     job_id = f"j{len(JOBS) + 1}"
     folder = safe_path(".background")  # a .background that links out of the workspace: refused
     folder.mkdir(exist_ok=True)
-    log = f".background/{job_id}-{os.getpid()}.log"  # the pid keeps two sessions apart
-    with open(folder / Path(log).name, "wb") as output:  # the shell keeps its own handle
+    name = f"{job_id}-{os.getpid()}.log"  # the pid keeps two sessions in one workspace apart
+    with open(folder / name, "wb") as output:  # the shell holds its own handle to it
         process = start_shell(command, output)
-    JOBS[job_id] = Job(job_id, command, process, log, time.monotonic())
-    threading.Thread(target=watch, args=(JOBS[job_id],), daemon=True).start()
-    return (f"Started job {job_id} ({command}); its output goes to {log}, its result comes to "
-            "you when it ends. Go on with other work.")
+    job = Job(job_id, command, process, f".background/{name}", time.monotonic())
+    JOBS[job_id] = job
+    threading.Thread(target=watch, args=(job,), daemon=True).start()
+    return (f"Started job {job_id} ({command}); its output goes to {job.log}, its result comes "
+            "to you when it ends. Go on with other work.")
 
 def watch(job: Job) -> None:
     """The job's own thread: wait for it, kill it whole at the timeout, queue its result."""
