@@ -36,6 +36,7 @@ OWN_TOKENS = {
     "s05_skills": 1000,
     "s06_compact": 1800,
     "s07_task_system": 2800,
+    "s08_background": 1400,
     "s09_team": 2500,
     "s11_autonomous": 2000,
 }  # what a step's diff against its base adds
@@ -117,6 +118,7 @@ def test_the_spine_names_no_base_and_the_ladder_is_the_documented_one():
         "s05_skills": "s02_tool_use",
         "s06_compact": "s02_tool_use",
         "s07_task_system": "s02_tool_use",
+        "s08_background": "s02_tool_use",
         "s09_team": "s07_task_system",
         "s11_autonomous": "s09_team",
     }

@@ -25,6 +25,7 @@ LADDER = [
     "s05_skills",
     "s06_compact",
     "s07_task_system",
+    "s08_background",
     "s09_team",
     "s11_autonomous",
 ]
