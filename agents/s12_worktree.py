@@ -61,9 +61,9 @@ SYSTEM = (f"You are a coding agent working in {WORKDIR}. "  # s02: where the mod
 SYSTEM += (" For multi-step work keep the task board: task_create the steps, link them"  # s07: plan
            " with blocked_by, set each in_progress then completed. The board lives in .tasks/"
            " and outlives this conversation; use only task ids that a tool result gave you.")
-SYSTEM += (" Give each task that changes files its own lane (lane_create): a git worktree"  # s12:
-           " where its edits cannot collide with other tasks'. Edit the lane's files under"
-           " .worktrees/<name>/, run and commit there with lane_run, then lane_close it.")
+SYSTEM += (" Give each task that changes files its own lane (lane_create), a git"  # s12: lanes
+           " worktree where its edits cannot collide with other tasks'. Edit the lane's files"
+           " under .worktrees/<name>/, run and commit there with lane_run, then lane_close it.")
 
 
 # -- The agent loop ---------------------------------------------------------------
