@@ -857,9 +857,13 @@ def lane_create(name, task_id):
         raise LaneError(f"task {task['id']} already works in lane {task['lane']}; one lane per "
                         "task (lane_close that one first)")
     folder = WORKDIR / LANES / name
-    taken = [what for what, held in ((f"branch wt/{name}", git("branch", "--list", f"wt/{name}")),
-                                     (f"folder {LANES}/{name}", folder.exists()),
-                                     ("a worktree git knows", name in lanes_in_git())) if held]
+    taken = []  # what holds the name, each said: a kept branch, a folder, a lane git still knows
+    if git("branch", "--list", f"wt/{name}"):
+        taken.append(f"branch wt/{name}")
+    if folder.exists():
+        taken.append(f"folder {LANES}/{name}")
+    if name in lanes_in_git():
+        taken.append(f"a worktree git knows at {LANES}/{name}")
     if taken:
         raise LaneError(f"the lane name {name!r} is taken by: {', '.join(taken)}. Pick another "
                         f"name, or see lane_list (lane_close {name} frees a lane's name)")
@@ -879,7 +883,7 @@ def lane_run(name, command):
     """A command inside the lane, by s02's run_bash: its timeout, process group, output cap."""
     check_lane_name(name)
     require_repo()
-    if not lane_facts(name)["live"]:
+    if name not in lanes_in_git() or not (WORKDIR / LANES / name).is_dir():
         raise LaneError(f"there is no lane {name} with a folder; lane_list shows the lanes")
     return run_bash(f"cd {Path(LANES, name)} && {command}")  # the name has no shell characters
 

@@ -91,7 +91,7 @@ def plan(step: int, ids: dict) -> list:
     if step == 3:
         return [
             tool_use("lane_run", {"name": "formal", "command": f"{PYTHON} greet.py && "
-                                  "git commit -qam 'greet: formal' && git log --oneline -1"}),
+                                  "git commit -qam \"greet: formal\" && git log --oneline -1"}),
             tool_use("lane_run", {"name": "shout", "command": f"{PYTHON} greet.py"}),
         ]
     if step == 4:
