@@ -26,6 +26,7 @@ LADDER = [
     "s07_task_system",
     "s09_team",
     "s11_autonomous",
+    "s12_worktree",
 ]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
