@@ -191,16 +191,17 @@ def test_a_taken_name_is_refused_with_what_holds_it(repo):
     (mine / "notes.txt").write_text("my notes\n")
     message = refused(s12.lane_create, "mine", task())
     assert "folder .worktrees/mine" in message and "branch" not in message.split("Pick")[0]
+    assert "there is no lane mine" in refused(s12.lane_close, "mine", "discard", force=True)
     assert (mine / "notes.txt").read_text() == "my notes\n" and branch_tip(repo, "mine") == ""
 
 
 @pytest.mark.parametrize("name", ["x/y", "../x", "A B", "", "-x", "x.y", "a" * 41, "x\n", 3])
-def test_a_bad_name_is_refused_before_git_sees_it(repo, monkeypatch, name):
+def test_a_bad_name_is_refused_before_git_sees_it(work, monkeypatch, name):
     monkeypatch.setattr(s12, "git", lambda *args, **kw: pytest.fail(f"git ran: {args}"))
     for call, args in ((s12.lane_create, (name, 1)), (s12.lane_run, (name, "ls")),
                        (s12.lane_close, (name, "discard"))):
         assert "invalid lane name" in refused(call, *args)
-    assert not (repo / ".worktrees").exists() and not (repo.parent / "x").exists()
+    assert not (work / ".worktrees").exists() and not (work.parent / "x").exists()
 
 
 def lane_results(agent):
