@@ -39,6 +39,7 @@ OWN_TOKENS = {
     "s08_background": 1400,
     "s09_team": 2500,
     "s11_autonomous": 2000,
+    "s12_worktree": 2000,
 }  # what a step's diff against its base adds
 
 
@@ -121,6 +122,7 @@ def test_the_spine_names_no_base_and_the_ladder_is_the_documented_one():
         "s08_background": "s02_tool_use",
         "s09_team": "s07_task_system",
         "s11_autonomous": "s09_team",
+        "s12_worktree": "s07_task_system",
     }
     assert {step: base_of(step) for step in LATER_STEPS} == expected
 

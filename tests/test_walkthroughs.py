@@ -28,6 +28,7 @@ LADDER = [
     "s08_background",
     "s09_team",
     "s11_autonomous",
+    "s12_worktree",
 ]
 FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
