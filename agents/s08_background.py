@@ -41,7 +41,7 @@ try:  # input() gets line editing where readline exists (not on Windows): arrow 
 except ImportError:
     pass
 
-from anthropic import Anthropic, APIError  # s02: one kind of error
+from anthropic import Anthropic, APIError, APIStatusError  # s02: the API's errors, and ours
 from dotenv import load_dotenv
 
 # -- Configuration ------------------------------------------------------------
@@ -87,18 +87,17 @@ def run_calls(messages, calls):  # s02: all answers in one user turn, also on Ct
 def call_model(messages, system=SYSTEM, tools=None, model=MODEL, echo=True):  # s02: streamed
     """One streamed call: text is shown as it arrives, each tool call once its block is complete.
     The request is cached up to its last block, so the next call reads this prefix cheaply."""
-    try:
-        with client.messages.stream(model=model, system=system, messages=messages,
-                                    tools=TOOLS if tools is None else tools,
-                                    max_tokens=MAX_TOKENS,
-                                    cache_control={"type": "ephemeral"}) as stream:
+    with client.messages.stream(model=model, system=system, messages=messages,
+                                tools=TOOLS if tools is None else tools, max_tokens=MAX_TOKENS,
+                                cache_control={"type": "ephemeral"}) as stream:
+        try:  # the request was accepted; what fails from here on is the reply itself
             for event in stream if echo else ():
                 show(event)
             return stream.get_final_message()
-    except APIError:
-        raise
-    except Exception as error:  # a stream cut short, or a 200 that is no reply: one kind of error
-        raise APIError(f"not a valid reply: {error!r}", None, body=None) from error
+        except APIStatusError:  # an error event the API sent mid-stream: its own words
+            raise
+        except Exception as error:  # cut short, or a 200 that is no reply: whatever the SDK raised
+            raise APIError(f"not a valid reply: {first_cause(error)!r}", None, body=None) from error
 
 def show(event):
     """Print a streamed event: text as it comes, a tool call once its block is complete."""
@@ -162,7 +161,7 @@ def repair_call(block, taken, repairs):
 
 def unique_id(raw, taken, repairs):
     """An id the API accepts (^[a-zA-Z0-9_-]+$), unique in the history: the first keeps its id."""
-    call_id = re.sub(r"[^a-zA-Z0-9_-]", "_", f"{raw}")
+    call_id = re.sub(r"[^a-zA-Z0-9_-]", "_", f"{raw}") or "call"  # "" matches nothing either
     while call_id in taken:
         call_id += "_2"
     if call_id != raw:
@@ -182,6 +181,8 @@ def add_user_text(messages, text):
     """Append the user's words; join them to a trailing user turn so roles keep alternating."""
     if not messages or messages[-1]["role"] != "user":
         messages.append({"role": "user", "content": []})
+    if isinstance(messages[-1]["content"], str):  # the SDK's examples start with a plain string
+        messages[-1]["content"] = [{"type": "text", "text": messages[-1]["content"]}]
     messages[-1]["content"].append({"type": "text", "text": text})
 
 
@@ -308,6 +309,12 @@ def parsed_input(args, repairs):
         except ValueError:
             pass  # not JSON after all: answered as a malformed call
     return args
+
+def first_cause(error):
+    """The error at the bottom of a chain: the same one whichever layer of the SDK raised it."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    return error
 
 def sendable(value):
     """The value with lone surrogates replaced by "?": JSON can hold them, UTF-8 cannot."""
