@@ -390,8 +390,8 @@ def run_subagent(description: str, prompt: str) -> str:
         return report(messages, spent, f"[stopped at the limit of {SUBAGENT_TURNS} model calls;"
                                        " above is the last text it wrote]")
     except APIError as error:  # the child ends; the parent reads why and goes on
-        raise RuntimeError(f"the subagent stopped after {spent['calls']} model calls and its "
-                           f"work is lost ({cost_line(spent)}): {error}") from error
+        raise RuntimeError(f"the subagent stopped, its work lost, after {cost_line(spent)}: "
+                           f"{type(error).__name__}: {error}") from error
     finally:  # also on Ctrl-C: the parent's run_calls answers this call "interrupted"
         RUNNING.clear()
 
