@@ -278,7 +278,9 @@ def test_offline_demo_delegates_and_shows_both_contexts(offline_demo):
 
 def test_the_trace_shows_the_child_as_its_own_agent(offline_demo):
     page = offline_demo(STEP).trace.read_text(encoding="utf-8")
-    assert "subagent" in page and "You are a subagent" in page
+    assert 'data-agent="subagent"' in page and "You are a subagent" in page
+    parent = page.split('id="call-1"')[1].split('id="call-2"')[0]
+    assert '<a href="#call-2">subagent\'s call 2, started by this reply &rarr;</a>' in parent
 
 
 def play(capsys, monkeypatch, lines: list, play_all: bool) -> str:
