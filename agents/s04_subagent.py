@@ -383,26 +383,28 @@ def run_subagent(description: str, prompt: str) -> str:
         for _ in range(SUBAGENT_TURNS):
             reply = call_model(messages, SUBAGENT_SYSTEM, tools)
             calls = add_reply(messages, counted(reply, spent, COST_SUBAGENTS))
-            if not calls:
-                return report(messages, spent, "")
+            if not calls:  # done; a reply that ended early says why (STOP_NOTES)
+                return report(messages, spent, STOP_NOTES.get(reply.stop_reason))
             spent["tool calls"] += len(calls)
             run_calls(messages, calls)
-        return report(messages, spent, f"[stopped at the limit of {SUBAGENT_TURNS} model calls;"
-                                       " above is the last text it wrote]")
+        return report(messages, spent, f"stopped at the limit of {SUBAGENT_TURNS} model calls; "
+                                       "above is the last text it wrote")
     except APIError as error:  # the child ends; the parent reads why and goes on
         raise RuntimeError(f"the subagent stopped, its work lost, after {cost_line(spent)}: "
                            f"{type(error).__name__}: {error}") from error
     finally:  # also on Ctrl-C: the parent's run_calls answers this call "interrupted"
         RUNNING.clear()
 
-def report(messages: list, spent: Counter, stopped: str) -> str:
-    """The child's last text, cut at REPORT_LIMIT, then what it cost: all the parent gets."""
+def report(messages: list, spent: Counter, note: str | None) -> str:
+    """The child's last text, cut at REPORT_LIMIT, why it stopped early, what it cost: all the
+    parent gets."""
     text = last_text(messages) or "(the subagent wrote no report)"
     if len(text) > REPORT_LIMIT:
         text = text[:REPORT_LIMIT] + (f"\n... [report cut at {REPORT_LIMIT:,} of "
                                       f"{len(text):,} characters]")
     print(f"[subagent done: {cost_line(spent)}]")
-    return "\n".join(part for part in (text, stopped, f"[{cost_line(spent)}]") if part)
+    ending = f"[{note}]\n" if note else ""
+    return f"{text}\n{ending}[{cost_line(spent)}]"
 
 def last_text(messages: list) -> str:
     """The text of the child's last message that has any."""

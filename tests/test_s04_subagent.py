@@ -147,6 +147,19 @@ def test_a_long_report_is_cut_and_says_so(agent, standin):
     assert "B" not in content.split("]")[0] and valid(agent, history)
 
 
+@pytest.mark.parametrize(
+    "last,said",
+    [
+        (reply(["half a rep"], "max_tokens"), "half a rep\n[cut off at max_tokens (8000)"),
+        (reply([], "refusal"), "(the subagent wrote no report)\n[the model declined"),
+        (reply([]), "(the subagent wrote no report)\n[1 model calls, "),
+    ],
+)
+def test_a_child_that_ends_early_says_why(agent, standin, last, said):
+    history = delegate(agent, standin, [last])
+    assert the_result(history)["content"].startswith(said) and valid(agent, history)
+
+
 def failing_after(standin, fault, blocks):
     """A turn that makes the next request (the child's) fail with `fault`."""
 
