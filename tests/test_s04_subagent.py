@@ -8,13 +8,14 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import threading
 from collections import deque
 
 import pytest
 
-from conftest import AGENTS, wait_until
+from conftest import AGENTS, step_env, wait_until
 from offline import (QUIRKS, latest_results, reply, run_play, scripted_input, tool_use,
                      validate_request)
 
@@ -193,12 +194,12 @@ def test_a_failing_child_is_one_error_result_and_the_repl_goes_on(
     assert standin.rejected == []
 
 
-@pytest.mark.parametrize("quirk", sorted(QUIRKS))
-def test_every_reply_quirk_inside_the_child_leaves_both_histories_valid(agent, standin, quirk):
+def test_every_reply_quirk_inside_the_child_leaves_both_histories_valid(agent, standin):
     call = tool_use("bash", {"command": "echo quirk"})
-    history = delegate(agent, standin, [QUIRKS[quirk](call), ["child done"], ["child again"]])
-    assert standin.rejected == [] and valid(agent, history)
-    assert the_result(history)["content"]  # one result, whatever the child did
+    for quirk in sorted(QUIRKS):  # one module for the catalogue: each load costs a client
+        history = delegate(agent, standin, [QUIRKS[quirk](call), ["child done"], ["again"]])
+        assert standin.rejected == [] and valid(agent, history), quirk
+        assert the_result(history)["content"], quirk  # one result, whatever the child did
 
 
 # -- Ctrl-C inside the child ----------------------------------------------------------------
@@ -245,6 +246,30 @@ def test_a_real_sigint_while_the_child_runs_bash_keeps_the_parent_valid(
     parent = split(standin)[0]
     assert len(parent) == 2 and standin.rejected == []
     assert "Error: interrupted by the user" in json.dumps(parent[1]["messages"][2])
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_ctrl_c_in_the_terminal_while_a_child_works_keeps_the_repl(standin, workdir):
+    """As a learner presses it: SIGINT to the step's process while the child's bash sleeps."""
+    started = workdir / "started"
+    sleep = tool_use("bash", {"command": f"touch {started} && sleep 30"})
+    standin.policy = Script([[ASK], ["the next answer"]], [[sleep]])
+    step = subprocess.Popen([sys.executable, str(AGENTS / f"{STEP}.py")], cwd=workdir,
+                            env=step_env(standin, {}), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        step.stdin.write("delegate\n")
+        step.stdin.flush()
+        assert wait_until(started.exists, timeout=60)
+        step.send_signal(signal.SIGINT)
+        out, err = step.communicate("next\n", timeout=60)
+    finally:
+        step.kill()
+    assert step.returncode == 0 and "Traceback" not in err, err
+    assert "[interrupted by the user]" in out and "the next answer" in out
+    parent = split(standin)[0]
+    assert "Error: interrupted by the user" in json.dumps(parent[1]["messages"][2])
+    assert standin.rejected == []
 
 
 # -- The cost of delegation ----------------------------------------------------------------
