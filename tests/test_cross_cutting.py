@@ -33,6 +33,7 @@ TOTAL_TOKENS = {"s01_agent_loop": 1100}  # the spine, whole
 OWN_TOKENS = {
     "s02_tool_use": 1800,
     "s03_todo": 950,
+    "s04_subagent": 800,
     "s05_skills": 1000,
     "s06_compact": 1800,
     "s07_task_system": 2800,
@@ -116,6 +117,7 @@ def test_the_spine_names_no_base_and_the_ladder_is_the_documented_one():
     expected = {
         "s02_tool_use": SPINE,
         "s03_todo": "s02_tool_use",
+        "s04_subagent": "s02_tool_use",
         "s05_skills": "s02_tool_use",
         "s06_compact": "s02_tool_use",
         "s07_task_system": "s02_tool_use",

@@ -22,6 +22,7 @@ LADDER = [
     "s01_agent_loop",
     "s02_tool_use",
     "s03_todo",
+    "s04_subagent",
     "s05_skills",
     "s06_compact",
     "s07_task_system",

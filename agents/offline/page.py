@@ -252,6 +252,10 @@ def panel_head(number: int, agent: str, reply: dict, trace: Trace, before: Seen 
     upcoming = trace.following[number - 1]
     if upcoming:
         walk.append(f'<a rel="next" href="#call-{upcoming}">{who}\'s call {upcoming} &rarr;</a>')
+    started = trace.names[number] if number < len(trace.names) else agent  # s04: subagent
+    if started != agent and any(b.get("name") == started for b in reply.get("content") or []):
+        walk.append(f'<a href="#call-{number + 1}">{escape(started)}\'s call {number + 1}, '
+                    "started by this reply &rarr;</a>")
     tokens = {label: usage_figure(reply, key) for label, key in TOKEN_FIGURES.items()}
     return (f'<section class="call agent-{trace.agents[agent]}" id="call-{number}" '
             f'data-agent="{who}"><h2>Call {number} <span class="agent">{who}</span> stop: '

@@ -19,6 +19,7 @@ from .protocol import system_text
 AGENT_LABELS = {
     "You summarise a coding agent's session": ("summary", ("s06_compact",)),  # a compaction
     "You are the teammate ": ("{name}", ("s09_team", "s11_autonomous")),  # a teammate, a worker
+    "You are a subagent": ("subagent", ("s04_subagent",)),  # a child with a fresh context
 }
 QUOTED = re.compile("'([^']+)'|\"([^\"]+)\"")  # 'name' or "name", as repr() quotes it
 

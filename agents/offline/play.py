@@ -55,7 +55,7 @@ class Abandoned(Exception):
     """The call being answered was interrupted (Ctrl-C): its reply goes nowhere."""
 
 
-MAIN_THREAD_AGENTS = ("lead", "summary")  # asked by the REPL's own turn, not by a teammate
+MAIN_THREAD_AGENTS = ("lead", "summary", "subagent")  # asked in the REPL's own turn
 
 
 class Keyboard:
@@ -239,7 +239,7 @@ def run_play(script_path: str, play_all: bool, seeded: bool, trace: str | None) 
     others = [label for label, steps in AGENT_LABELS.values() if script.stem in steps]
     who = "You answer every model call." if play_all or not others else \
         f"You play the {'lead' if team else 'agent'}; " \
-        f"{'teammates' if team else 'the summary calls'} follow the demo's script\n " \
+        f"{'teammates' if team else f'the {others[0]} calls'} follow the demo's script\n " \
         "(--play all: you answer them too)."
     saved = dict(os.environ), os.getcwd(), builtins.input, sys.argv
     with StandIn(player) as server, \
