@@ -808,7 +808,7 @@ class Roster:
         if not self.path.exists():
             return {}
         try:
-            entries = json.loads(self.path.read_text(encoding="utf-8"))["teammates"]
+            entries = load_json(self.path)["teammates"]  # s07's reader: parsed once per change
             bad = [name for name, entry in entries.items() if entry.get("name") != name
                    or not all(isinstance(entry.get(key), str) for key in ("role", "prompt"))]
             if bad:
@@ -819,7 +819,7 @@ class Roster:
         return entries
 
     def add(self, name, role, prompt):
-        if check_name(name) == LEAD:
+        if check_name(name, "teammate name") == LEAD:
             raise ValueError(f"{LEAD!r} is the lead's own mailbox; pick another name")
         if not all(isinstance(text, str) and text.strip() for text in (role, prompt)):
             raise ValueError("a teammate needs a non-empty role and prompt")
@@ -845,9 +845,12 @@ class Mailbox:
     def send(self, to, sender, content, kind="message", protocol=None, reply_to=None):
         """Append one message to `to`'s mailbox, whole or not at all; return its id."""
         path = self.path(to)
+        check_name(sender, "sender")  # the answer goes back to it, so it is a name like any other
         if not (kind in KINDS and protocol in PROTOCOLS
                 and isinstance(content, str) and content.strip()):
-            raise ValueError(f"a message needs text, a kind in {KINDS}, a protocol in {PROTOCOLS}")
+            raise ValueError(f"a message needs non-empty text, a kind in {KINDS} and a protocol "
+                             f"in {PROTOCOLS}; got kind {kind!r}, protocol {protocol!r}, "
+                             f"text {content!r:.40}")
         message = {"id": secrets.token_hex(8), "from": sender, "to": to, "kind": kind,
                    "protocol": protocol, "reply_to": reply_to, "content": content, "at": utc_now()}
         line = (json.dumps(message) + "\n").encode()  # ASCII JSON: lone surrogates are fine too
@@ -886,7 +889,7 @@ class Mailbox:
             return [], offset
         data = data[:data.rfind(b"\n") + 1]  # a line without its newline is still being written
         messages = []
-        for line in data.splitlines():
+        for line in filter(bytes.strip, data.splitlines()):  # an empty line is a gap, no message
             try:
                 message = json.loads(line)
                 if not all(isinstance(message.get(key), str)
@@ -953,7 +956,7 @@ class Teammate:
                        "Your final answer goes back to whoever asked.")
         self.history = []
         self.stopping = False
-        self.thread = threading.Thread(target=self.run, name=f"teammate-{self.name}", daemon=True)
+        self.thread = threading.Thread(target=self.run, daemon=True)
 
     def run(self):
         while not self.stopping:
@@ -976,7 +979,7 @@ class Teammate:
             reply = self.answer(message)
         try:
             self.mailbox.send(message["from"], self.name, reply, "response",
-                              protocol=message.get("protocol"), reply_to=message["id"])
+                              message.get("protocol"), message["id"])  # protocol, reply_to
         except (OSError, ValueError) as error:  # e.g. the asker's mailbox is broken
             notify(f"[{self.name}] could not answer {message['id']}: {error}")
 
@@ -1026,10 +1029,12 @@ def deliver_team_news(messages):
     if not news:
         return
     notify(f"[team] the lead's next request carries its new mail: {preview(news, 150)}")
-    last = messages[-1]["content"][-1]
-    if last["type"] == "tool_result":
-        last["content"] = [{"type": "text", "text": last["content"] or "(no output)"},  # a string
-                           {"type": "text", "text": news}]
+    content = messages[-1]["content"]  # a list of blocks, or the user's words as one string
+    if isinstance(content, list) and content[-1]["type"] == "tool_result":
+        inner = content[-1].get("content") or "(no output)"  # text, or a list of blocks
+        if isinstance(inner, str):
+            inner = [{"type": "text", "text": inner}]
+        content[-1]["content"] = inner + [{"type": "text", "text": news}]
     else:
         add_user_text(messages, news)
 
@@ -1056,7 +1061,8 @@ def ask(name, content, protocol):
     request_id = MAILBOX.send(name, LEAD, content, "request", protocol)
     reply, _ = MAILBOX.await_reply(LEAD, request_id, INBOX["offset"], TEAM_TIMEOUT)
     if reply is None:
-        raise TimeoutError(f"{name} did not answer request {request_id} within {TEAM_TIMEOUT}s")
+        raise TimeoutError(f"{name} did not answer request {request_id} within {TEAM_TIMEOUT}s; "
+                           "the request stays in its mailbox")
     INBOX["delivered"].add(reply["id"])  # this tool result carries it; do not repeat it as news
     return reply["content"]
 
@@ -1078,8 +1084,7 @@ def run_team_send(name, message, task_id=None):
     return f"Sent request {request_id} to {name}. Its answer comes with a later request of yours."
 
 def run_team_review(name, plan):
-    verdict = ask(name, plan, "plan_approval")
-    return f"{name}'s verdict: {verdict}"
+    return f"{name}'s verdict: {ask(name, plan, 'plan_approval')}"
 
 def run_team_shutdown(name):
     answer = ask(name, "please stop", "shutdown")
@@ -1105,7 +1110,6 @@ def inbox_command(arg, history):
     print("\n".join(lines) or "No unread mail.")
 
 NAME = {"type": "string", "description": "1-64 letters, digits, '_' or '-'"}
-TEXT = {"type": "string"}
 TEAM_TOOLS = [
     {"name": "team_spawn", "description": "Define a teammate (saved in .team.json) and start it.",
      "input_schema": {"type": "object", "properties": {"name": NAME, "role": TEXT, "prompt": TEXT},

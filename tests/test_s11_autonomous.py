@@ -167,6 +167,13 @@ def test_a_task_past_its_ceiling_is_no_longer_renewed(team, capsys):
     assert "ran past its 0.5s ceiling" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("sender,kind", [("../evil", "message"), (None, "message"), ("a", "x")])
+def test_the_mailbox_refuses_a_bad_sender_or_kind_and_names_it(team, sender, kind):
+    with pytest.raises(ValueError, match=r"invalid sender|got kind 'x'"):
+        team.MAILBOX.send("lead", sender, "hi", kind)
+    assert not team.MAILBOX.path("lead").exists()
+
+
 def test_release_gives_back_every_claim_of_the_named_agents_at_once(team):
     for n in range(4):
         team.BOARD.create(f"job {n}")
