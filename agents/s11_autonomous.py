@@ -1258,8 +1258,9 @@ def heartbeat(board, task_id, owner):
                        "the lease will lapse")
                 return
             try:
-                if not renew(board, task_id, owner):
-                    return  # taken over or given back: finish() will say so
+                if not renew(board, task_id, owner):  # taken over, or given back
+                    notify(f"[{owner}] #{task_id} is no longer mine: stopped renewing it")
+                    return
             except (TaskError, CorruptFile, OSError) as error:  # maybe passing: try next beat
                 notify(f"[{owner}] could not renew #{task_id}: {error}")
 
