@@ -438,11 +438,12 @@ def parse_id(value):
                                         f"got {value!r}. {ID_NOTE}")
     return int(text)
 
-def parse_ids(values):
+def parse_ids(values, field):
     if values is None:
         return []
     if not isinstance(values, list):
-        raise TaskError("INVALID_ARGS", f"expected a list of ids such as [1, 2], got {values!r}")
+        raise TaskError("INVALID_ARGS", f"{field} must be a list of ids such as [1, 2], "
+                                        f"got {values!r}")
     return list(dict.fromkeys(map(parse_id, values)))  # each id once, in order
 
 def check_fields(fields):
@@ -560,7 +561,7 @@ class TaskBoard:
     def create(self, subject, description="", blocked_by=None):
         """A new pending task; the board picks its id, never the caller."""
         fields = check_fields({"subject": subject, "description": description})
-        blockers = parse_ids(blocked_by)
+        blockers = parse_ids(blocked_by, "blocked_by")
         with self.locked():
             for stale in self.dir.glob(".*.tmp"):  # left by a writer killed mid-write: none is live
                 stale.unlink(missing_ok=True)
@@ -570,7 +571,8 @@ class TaskBoard:
             try:
                 last = parse_id(mark.read_text(encoding="utf-8")) if mark.exists() else 0
             except TaskError:
-                raise CorruptFile(mark, "expected the last id handed out") from None
+                raise CorruptFile(mark, f"expected the last id handed out, found "
+                                        f"{mark.read_text(encoding='utf-8')[:40]!r}") from None
             task_id = last + 1
             while self.path(task_id).exists():  # a lost .highwatermark must never cost a task
                 task_id += 1
@@ -587,10 +589,13 @@ class TaskBoard:
         task_id = parse_id(task_id)
         fields = check_fields({"status": status, "subject": subject, "description": description,
                                "owner": owner})
-        add = parse_ids(add_blocked_by)
-        remove = parse_ids(remove_blocked_by)
-        if set(add) & set(remove):
-            raise TaskError("INVALID_ARGS", "never add and remove the same id in one update")
+        add = parse_ids(add_blocked_by, "add_blocked_by")
+        remove = parse_ids(remove_blocked_by, "remove_blocked_by")
+        if not (fields or add or remove) or set(add) & set(remove):
+            raise TaskError("INVALID_ARGS", "pass at least one change (status, subject, "
+                                            "description, owner, add_blocked_by or "
+                                            "remove_blocked_by), and never add and remove the "
+                                            "same id in one update")
         deleting = status == "deleted"
         if deleting and (add or remove):
             raise TaskError("INVALID_ARGS", "deleting a task takes no edge changes; delete it on "
@@ -683,6 +688,7 @@ STATUS = {"type": "string", "enum": STATUSES}
 TASK_ID = {"anyOf": [{"type": "integer"}, {"type": "string"}],  # "3" is fine too
            "description": "A task id, e.g. 3. " + ID_NOTE}
 TASK_IDS = {"type": "array", "items": TASK_ID}
+TEXT = {"type": "string"}
 
 TASK_TOOLS = [
     {"name": "task_create",
@@ -691,8 +697,7 @@ TASK_TOOLS = [
                     "must be completed first - so create blockers first and take their ids from "
                     "the results. " + ID_NOTE,
      "input_schema": {"type": "object", "properties": {
-         "subject": {"type": "string"},
-         "description": {"type": "string"}, "blocked_by": TASK_IDS}, "required": ["subject"]}},
+         "subject": TEXT, "description": TEXT, "blocked_by": TASK_IDS}, "required": ["subject"]}},
     {"name": "task_update",
      "description": "Change one task: status, subject, description, owner, or what it waits for "
                     "(add_blocked_by, remove_blocked_by). It can start or complete only once all "
@@ -700,8 +705,8 @@ TASK_TOOLS = [
                     "just became ready. " + ID_NOTE,
      "input_schema": {"type": "object", "properties": {
          "task_id": TASK_ID, "status": STATUS,
-         "subject": {"type": "string"}, "description": {"type": "string"},
-         "owner": {"type": "string"}, "add_blocked_by": TASK_IDS, "remove_blocked_by": TASK_IDS},
+         "subject": TEXT, "description": TEXT, "owner": TEXT,
+         "add_blocked_by": TASK_IDS, "remove_blocked_by": TASK_IDS},
          "required": ["task_id"]}},
     {"name": "task_get",
      "description": "One task in full, with its description and `blocks` (what waits for it).",

@@ -452,11 +452,12 @@ def parse_id(value):
                                         f"got {value!r}. {ID_NOTE}")
     return int(text)
 
-def parse_ids(values):
+def parse_ids(values, field):
     if values is None:
         return []
     if not isinstance(values, list):
-        raise TaskError("INVALID_ARGS", f"expected a list of ids such as [1, 2], got {values!r}")
+        raise TaskError("INVALID_ARGS", f"{field} must be a list of ids such as [1, 2], "
+                                        f"got {values!r}")
     return list(dict.fromkeys(map(parse_id, values)))  # each id once, in order
 
 def check_fields(fields):
@@ -574,7 +575,7 @@ class TaskBoard:
     def create(self, subject, description="", blocked_by=None):
         """A new pending task; the board picks its id, never the caller."""
         fields = check_fields({"subject": subject, "description": description})
-        blockers = parse_ids(blocked_by)
+        blockers = parse_ids(blocked_by, "blocked_by")
         with self.locked():
             for stale in self.dir.glob(".*.tmp"):  # left by a writer killed mid-write: none is live
                 stale.unlink(missing_ok=True)
@@ -584,7 +585,8 @@ class TaskBoard:
             try:
                 last = parse_id(mark.read_text(encoding="utf-8")) if mark.exists() else 0
             except TaskError:
-                raise CorruptFile(mark, "expected the last id handed out") from None
+                raise CorruptFile(mark, f"expected the last id handed out, found "
+                                        f"{mark.read_text(encoding='utf-8')[:40]!r}") from None
             task_id = last + 1
             while self.path(task_id).exists():  # a lost .highwatermark must never cost a task
                 task_id += 1
@@ -601,10 +603,13 @@ class TaskBoard:
         task_id = parse_id(task_id)
         fields = check_fields({"status": status, "subject": subject, "description": description,
                                "owner": owner})
-        add = parse_ids(add_blocked_by)
-        remove = parse_ids(remove_blocked_by)
-        if set(add) & set(remove):
-            raise TaskError("INVALID_ARGS", "never add and remove the same id in one update")
+        add = parse_ids(add_blocked_by, "add_blocked_by")
+        remove = parse_ids(remove_blocked_by, "remove_blocked_by")
+        if not (fields or add or remove) or set(add) & set(remove):
+            raise TaskError("INVALID_ARGS", "pass at least one change (status, subject, "
+                                            "description, owner, add_blocked_by or "
+                                            "remove_blocked_by), and never add and remove the "
+                                            "same id in one update")
         deleting = status == "deleted"
         if deleting and (add or remove):
             raise TaskError("INVALID_ARGS", "deleting a task takes no edge changes; delete it on "
@@ -697,6 +702,7 @@ STATUS = {"type": "string", "enum": STATUSES}
 TASK_ID = {"anyOf": [{"type": "integer"}, {"type": "string"}],  # "3" is fine too
            "description": "A task id, e.g. 3. " + ID_NOTE}
 TASK_IDS = {"type": "array", "items": TASK_ID}
+TEXT = {"type": "string"}
 
 TASK_TOOLS = [
     {"name": "task_create",
@@ -705,8 +711,7 @@ TASK_TOOLS = [
                     "must be completed first - so create blockers first and take their ids from "
                     "the results. " + ID_NOTE,
      "input_schema": {"type": "object", "properties": {
-         "subject": {"type": "string"},
-         "description": {"type": "string"}, "blocked_by": TASK_IDS}, "required": ["subject"]}},
+         "subject": TEXT, "description": TEXT, "blocked_by": TASK_IDS}, "required": ["subject"]}},
     {"name": "task_update",
      "description": "Change one task: status, subject, description, owner, or what it waits for "
                     "(add_blocked_by, remove_blocked_by). It can start or complete only once all "
@@ -714,8 +719,8 @@ TASK_TOOLS = [
                     "just became ready. " + ID_NOTE,
      "input_schema": {"type": "object", "properties": {
          "task_id": TASK_ID, "status": STATUS,
-         "subject": {"type": "string"}, "description": {"type": "string"},
-         "owner": {"type": "string"}, "add_blocked_by": TASK_IDS, "remove_blocked_by": TASK_IDS},
+         "subject": TEXT, "description": TEXT, "owner": TEXT,
+         "add_blocked_by": TASK_IDS, "remove_blocked_by": TASK_IDS},
          "required": ["task_id"]}},
     {"name": "task_get",
      "description": "One task in full, with its description and `blocks` (what waits for it).",
@@ -819,7 +824,7 @@ class Roster:
         if not self.path.exists():
             return {}
         try:
-            entries = json.loads(self.path.read_text(encoding="utf-8"))["teammates"]
+            entries = load_json(self.path)["teammates"]  # s07's reader: parsed once per change
             bad = [name for name, entry in entries.items() if entry.get("name") != name
                    or not all(isinstance(entry.get(key), str) for key in ("role", "prompt"))]
             if bad:
@@ -830,7 +835,7 @@ class Roster:
         return entries
 
     def add(self, name, role, prompt):
-        if check_name(name) == LEAD:
+        if check_name(name, "teammate name") == LEAD:
             raise ValueError(f"{LEAD!r} is the lead's own mailbox; pick another name")
         if not all(isinstance(text, str) and text.strip() for text in (role, prompt)):
             raise ValueError("a teammate needs a non-empty role and prompt")
@@ -856,9 +861,12 @@ class Mailbox:
     def send(self, to, sender, content, kind="message", protocol=None, reply_to=None):
         """Append one message to `to`'s mailbox, whole or not at all; return its id."""
         path = self.path(to)
+        check_name(sender, "sender")  # the answer goes back to it, so it is a name like any other
         if not (kind in KINDS and protocol in PROTOCOLS
                 and isinstance(content, str) and content.strip()):
-            raise ValueError(f"a message needs text, a kind in {KINDS}, a protocol in {PROTOCOLS}")
+            raise ValueError(f"a message needs non-empty text, a kind in {KINDS} and a protocol "
+                             f"in {PROTOCOLS}; got kind {kind!r}, protocol {protocol!r}, "
+                             f"text {content!r:.40}")
         message = {"id": secrets.token_hex(8), "from": sender, "to": to, "kind": kind,
                    "protocol": protocol, "reply_to": reply_to, "content": content, "at": utc_now()}
         line = (json.dumps(message) + "\n").encode()  # ASCII JSON: lone surrogates are fine too
@@ -897,7 +905,7 @@ class Mailbox:
             return [], offset
         data = data[:data.rfind(b"\n") + 1]  # a line without its newline is still being written
         messages = []
-        for line in data.splitlines():
+        for line in filter(bytes.strip, data.splitlines()):  # an empty line is a gap, no message
             try:
                 message = json.loads(line)
                 if not all(isinstance(message.get(key), str)
@@ -964,7 +972,7 @@ class Teammate:
                        "Your final answer goes back to whoever asked.")
         self.history = []
         self.stopping = False
-        self.thread = threading.Thread(target=self.run, name=f"teammate-{self.name}", daemon=True)
+        self.thread = threading.Thread(target=self.run, daemon=True)
         self.alive = hold_name(mailbox, self.name)  # s11: one agent per name, across processes
 
     def run(self):
@@ -989,7 +997,7 @@ class Teammate:
             reply = self.answer(message)
         try:
             self.mailbox.send(message["from"], self.name, reply, "response",
-                              protocol=message.get("protocol"), reply_to=message["id"])
+                              message.get("protocol"), message["id"])  # protocol, reply_to
         except (OSError, ValueError) as error:  # e.g. the asker's mailbox is broken
             notify(f"[{self.name}] could not answer {message['id']}: {error}")
 
@@ -1039,10 +1047,12 @@ def deliver_team_news(messages):
     if not news:
         return
     notify(f"[team] the lead's next request carries its new mail: {preview(news, 150)}")
-    last = messages[-1]["content"][-1]
-    if last["type"] == "tool_result":
-        last["content"] = [{"type": "text", "text": last["content"] or "(no output)"},  # a string
-                           {"type": "text", "text": news}]
+    content = messages[-1]["content"]  # a list of blocks, or the user's words as one string
+    if isinstance(content, list) and content[-1]["type"] == "tool_result":
+        inner = content[-1].get("content") or "(no output)"  # text, or a list of blocks
+        if isinstance(inner, str):
+            inner = [{"type": "text", "text": inner}]
+        content[-1]["content"] = inner + [{"type": "text", "text": news}]
     else:
         add_user_text(messages, news)
 
@@ -1069,7 +1079,8 @@ def ask(name, content, protocol):
     request_id = MAILBOX.send(name, LEAD, content, "request", protocol)
     reply, _ = MAILBOX.await_reply(LEAD, request_id, INBOX["offset"], TEAM_TIMEOUT)
     if reply is None:
-        raise TimeoutError(f"{name} did not answer request {request_id} within {TEAM_TIMEOUT}s")
+        raise TimeoutError(f"{name} did not answer request {request_id} within {TEAM_TIMEOUT}s; "
+                           "the request stays in its mailbox")
     INBOX["delivered"].add(reply["id"])  # this tool result carries it; do not repeat it as news
     return reply["content"]
 
@@ -1091,8 +1102,7 @@ def run_team_send(name, message, task_id=None):
     return f"Sent request {request_id} to {name}. Its answer comes with a later request of yours."
 
 def run_team_review(name, plan):
-    verdict = ask(name, plan, "plan_approval")
-    return f"{name}'s verdict: {verdict}"
+    return f"{name}'s verdict: {ask(name, plan, 'plan_approval')}"
 
 def run_team_shutdown(name):
     answer = ask(name, "please stop", "shutdown")
@@ -1118,7 +1128,6 @@ def inbox_command(arg, history):
     print("\n".join(lines) or "No unread mail.")
 
 NAME = {"type": "string", "description": "1-64 letters, digits, '_' or '-'"}
-TEXT = {"type": "string"}
 TEAM_TOOLS = [
     {"name": "team_spawn", "description": "Define a teammate (saved in .team.json) and start it.",
      "input_schema": {"type": "object", "properties": {"name": NAME, "role": TEXT, "prompt": TEXT},
@@ -1256,8 +1265,9 @@ def heartbeat(board, task_id, owner):
                        "the lease will lapse")
                 return
             try:
-                if not renew(board, task_id, owner):
-                    return  # taken over or given back: finish() will say so
+                if not renew(board, task_id, owner):  # taken over, or given back
+                    notify(f"[{owner}] #{task_id} is no longer mine: stopped renewing it")
+                    return
             except (TaskError, CorruptFile, OSError) as error:  # maybe passing: try next beat
                 notify(f"[{owner}] could not renew #{task_id}: {error}")
 

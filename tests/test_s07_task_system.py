@@ -127,6 +127,23 @@ def test_unknown_ids_are_rejected(board):
     assert board.tasks()[0]["blockedBy"] == [] and len(board.tasks()) == 1
 
 
+def test_an_update_without_a_change_is_refused_and_says_what_it_takes(board):
+    board.create("Plan")
+    error = error_of(board.update, 1)
+    assert error.code == "INVALID_ARGS" and "pass at least one change" in str(error)
+    assert "add_blocked_by" in str(error)
+    assert error_of(board.update, 1, add_blocked_by=[], remove_blocked_by=[]).code == "INVALID_ARGS"
+
+
+def test_a_list_of_ids_that_is_no_list_names_its_argument(board):
+    board.create("Plan")
+    assert "blocked_by must be a list" in str(error_of(board.create, "Build", blocked_by=1))
+    for field in ("add_blocked_by", "remove_blocked_by"):
+        error = error_of(board.update, 1, **{field: "1"})
+        assert error.code == "INVALID_ARGS" and f"{field} must be a list of ids" in str(error)
+        assert "got '1'" in str(error)
+
+
 def test_self_edges_are_rejected(board):
     board.create("Plan")
     assert error_of(board.update, 1, add_blocked_by=[1]).code == "INVALID_DEPENDENCY"
@@ -294,6 +311,7 @@ def test_a_huge_highwatermark_is_named_not_a_bare_value_error(board, tasks_dir):
     assert str(tasks_dir / ".highwatermark") in str(caught.value) and "expected the last id" in str(
         caught.value
     )
+    assert "found '7777777" in str(caught.value)  # what it found, cut short
     assert not (tasks_dir / "task_2.json").exists()
 
 

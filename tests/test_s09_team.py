@@ -34,7 +34,7 @@ def echo_policy(request):
 def test_bad_names_are_refused_everywhere(team, bad, workdir):
     with pytest.raises(ValueError, match="invalid"):
         team.check_name(bad)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="invalid teammate name"):
         team.ROSTER.add(bad, "role", "prompt")
     with pytest.raises(ValueError):
         team.MAILBOX.send(bad, "lead", "hi")
@@ -111,6 +111,34 @@ def test_send_writes_one_whole_line_and_read_returns_the_next_offset(team):
 def test_bad_messages_are_refused(team, kind, protocol, content):
     with pytest.raises(ValueError):
         team.MAILBOX.send("b", "a", content, kind, protocol)
+
+
+@pytest.mark.parametrize("sender", ["../evil", "", None, 7, "a b"])
+def test_a_sender_is_checked_like_every_name_before_anything_is_written(team, sender):
+    """The answer goes back to the sender: "../evil" would be a path, None a line nobody reads."""
+    with pytest.raises(ValueError, match=r"invalid sender .*: use 1-64 letters"):
+        team.MAILBOX.send("b", sender, "hi")
+    assert not team.MAILBOX.path("b").exists()
+
+
+@pytest.mark.parametrize(
+    "kind,protocol,named", [("shout", None, "kind 'shout'"), ("request", "party", "'party'")]
+)
+def test_a_refused_message_names_what_it_got(team, kind, protocol, named):
+    with pytest.raises(ValueError) as refused:
+        team.MAILBOX.send("b", "a", "x", kind, protocol)
+    assert named in str(refused.value) and "('request', 'response', 'message')" in str(
+        refused.value
+    )
+
+
+def test_empty_lines_are_gaps_not_malformed_messages(team, capsys):
+    team.MAILBOX.send("b", "a", "one")
+    with open(team.MAILBOX.path("b"), "ab") as handle:
+        handle.write(b"\n  \n")  # e.g. an editor's blank lines
+    team.MAILBOX.send("b", "a", "two")
+    assert [m["content"] for m in team.MAILBOX.read("b")[0]] == ["one", "two"]
+    assert "[mailbox]" not in capsys.readouterr().out
 
 
 def test_a_line_still_being_written_is_left_for_later(team):
@@ -448,6 +476,42 @@ def test_news_rides_inside_the_last_tool_result_and_stays_in_the_history(team, s
     assert "news after the turn" in third["content"][-1]["text"]  # with the user's words
     assert "done with #2" in json.dumps(history)  # information, kept: unlike s03's reminder
     assert standin.rejected == []
+
+
+def test_news_joins_a_user_turn_that_is_one_plain_string(team, monkeypatch):
+    """The SDK's own examples send {"role": "user", "content": "go"}: no TypeError here."""
+    team.MAILBOX.send("lead", "alice", "done with #2")
+    joined = []
+    monkeypatch.setattr(team, "add_user_text", lambda messages, text: joined.append(text))
+    team.deliver_team_news([{"role": "user", "content": "go"}])  # the spine joins the text
+    assert len(joined) == 1 and "done with #2" in joined[0]
+
+
+def test_news_joins_a_tool_result_whose_content_is_a_list_of_blocks(team):
+    team.MAILBOX.send("lead", "alice", "done with #2")
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "t1",
+        "content": [{"type": "text", "text": "hi"}],
+    }
+    history = [{"role": "user", "content": [result]}]
+    team.deliver_team_news(history)
+    texts = result["content"]
+    assert texts[0] == {"type": "text", "text": "hi"} and len(texts) == 2
+    assert texts[1]["type"] == "text" and "done with #2" in texts[1]["text"]
+
+
+def test_a_request_nobody_answers_times_out_saying_where_it_is(team):
+    team.TEAM_TIMEOUT = 0.2
+    mute = threading.Event()  # a teammate that runs but never reads its mail
+    team.RUNNING["mute"] = type("Mute", (), {"thread": threading.Thread(target=mute.wait)})()
+    team.RUNNING["mute"].thread.start()
+    try:
+        with pytest.raises(TimeoutError, match="the request stays in its mailbox"):
+            team.run_team_review("mute", "1. do it")
+    finally:
+        mute.set()
+        del team.RUNNING["mute"]
 
 
 def test_a_review_verdict_is_not_delivered_twice(team, standin):

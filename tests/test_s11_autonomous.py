@@ -167,6 +167,29 @@ def test_a_task_past_its_ceiling_is_no_longer_renewed(team, capsys):
     assert "ran past its 0.5s ceiling" in capsys.readouterr().out
 
 
+def test_the_heartbeat_says_when_the_claim_is_no_longer_its_own(team, monkeypatch):
+    """Taken over while the work still runs: the worker hears it now, not at the end."""
+    lines = []
+    monkeypatch.setattr(team, "notify", lines.append)
+    team.LEASE_SECONDS = 0.3  # a beat every 0.1 s
+    team.BOARD.create("job")
+    team.claim(team.BOARD, 1, "w1@s")
+    with team.heartbeat(team.BOARD, 1, "w1@s"):
+        with team.BOARD.locked():  # taken over, as after a lapsed lease: one change, no race
+            task = team.BOARD.read(1)
+            team.write_json(team.BOARD.path(1), {**task, "owner": "w2", "claimed_by": "w2@s"})
+        assert wait_until(lambda: any("no longer mine" in line for line in lines))
+    assert lines == ["[w1@s] #1 is no longer mine: stopped renewing it"]
+    assert team.BOARD.read(1)["claimed_by"] == "w2@s"
+
+
+@pytest.mark.parametrize("sender,kind", [("../evil", "message"), (None, "message"), ("a", "x")])
+def test_the_mailbox_refuses_a_bad_sender_or_kind_and_names_it(team, sender, kind):
+    with pytest.raises(ValueError, match=r"invalid sender|got kind 'x'"):
+        team.MAILBOX.send("lead", sender, "hi", kind)
+    assert not team.MAILBOX.path("lead").exists()
+
+
 def test_release_gives_back_every_claim_of_the_named_agents_at_once(team):
     for n in range(4):
         team.BOARD.create(f"job {n}")
