@@ -89,8 +89,10 @@ def repair_reply(blocks, messages):
             calls.append((call, not_run))
         elif block.type == "text" and block.text.strip():
             content.append({"type": "text", "text": block.text})
-        else:  # the API refuses whitespace-only text; a type we do not know may be refused
-            repairs.append(f"left out an empty or unknown {block.type} block")
+        elif block.type == "text":  # the API refuses whitespace-only text
+            repairs.append("dropped an empty text block")
+        else:  # sent back, a type this harness does not know may be refused
+            repairs.append(f"left out a {block.type!r} block (a type this harness does not know)")
     return content, calls, repairs
 
 def repair_call(block, taken, repairs):
@@ -101,7 +103,8 @@ def repair_call(block, taken, repairs):
     call = {"type": "tool_use", "id": call_id, "name": name, "input": args}
     if isinstance(name, str) and name and isinstance(args, dict):
         return call, None
-    not_run = f"malformed call, not run: received name={name!r}, input={args!r}"
+    not_run = ("malformed call, not run: a tool call needs a name and an object input; "
+               f"received name={name!r}, input={args!r}")
     repairs.append(not_run)
     return {**call, "name": "malformed", "input": {}}, not_run
 
@@ -189,7 +192,8 @@ def main():
             import offline  # the local stand-in, play mode and the trace recorder: only here
         except ImportError:
             raise SystemExit(  # copied alone, or run as python -m (agents/ not on sys.path)
-                f"Set ANTHROPIC_API_KEY, or run python {__file__} with agents/offline/ beside it")
+                f"Set ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN, or run python {__file__} "
+                "with agents/offline/ beside it")
         sys.exit(offline.run(__file__, sys.argv))
     repl()
 

@@ -135,19 +135,22 @@ def repair_reply(blocks, messages):
             calls.append((call, not_run))
         elif block.type == "text" and block.text.strip():
             content.append({"type": "text", "text": sendable(block.text)})  # s02: any string
-        else:  # the API refuses whitespace-only text; a type we do not know may be refused
-            repairs.append(f"left out an empty or unknown {block.type} block")
+        elif block.type == "text":  # the API refuses whitespace-only text
+            repairs.append("dropped an empty text block")
+        else:  # sent back, a type this harness does not know may be refused
+            repairs.append(f"left out a {block.type!r} block (a type this harness does not know)")
     return content, calls, repairs
 
 def repair_call(block, taken, repairs):
     """A valid tool_use for the history, and why it must not run (None when it may)."""
     call_id = unique_id(block.get("id"), taken, repairs)
     name = block.get("name")
-    args = parsed_input(block.get("input"), repairs)  # s02: some endpoints send JSON as text
+    args = parsed_input(block.get("input"), call_id, repairs)  # s02: some send JSON as text
     call = {"type": "tool_use", "id": call_id, "name": name, "input": args}
     if isinstance(name, str) and name and isinstance(args, dict):
         return sendable(call), None  # s02: any string, made sendable
-    not_run = f"malformed call, not run: received name={name!r}, input={args!r}"
+    not_run = ("malformed call, not run: a tool call needs a name and an object input; "
+               f"received name={name!r}, input={args!r}")
     repairs.append(not_run)
     return {**call, "name": "malformed", "input": {}}, not_run
 
@@ -260,7 +263,7 @@ def run_edit(path, old_text, new_text):
     if count == 0:
         raise ValueError(f"old_text not found in {path}; read the file and copy the text exactly")
     if count > 1:
-        raise ValueError(f"old_text appears {count} times in {path}; include more context")
+        raise ValueError(f"old_text appears {count} times in {path}; add context so it is unique")
     write_atomic(target, text.replace(old_text, new_text, 1))
     return f"Edited {path}"
 
@@ -292,12 +295,12 @@ STOP_NOTES = {  # the documented stop reasons that end a turn early, as the REPL
 
 CUT_OFF = ("max_tokens", "model_context_window_exceeded")  # a call may be unfinished: not run
 
-def parsed_input(args, repairs):
+def parsed_input(args, call_id, repairs):
     """A tool input that some endpoints send as text holding a JSON object, parsed."""
     if isinstance(args, str) and args.strip().startswith("{"):
         try:
             args = json.loads(args)
-            repairs.append("parsed a tool input sent as text")
+            repairs.append(f"parsed the input of {call_id} from a string")
         except ValueError:
             pass  # not JSON after all: answered as a malformed call
     return args
@@ -431,7 +434,8 @@ def main():
             import offline  # the local stand-in, play mode and the trace recorder: only here
         except ImportError:
             raise SystemExit(  # copied alone, or run as python -m (agents/ not on sys.path)
-                f"Set ANTHROPIC_API_KEY, or run python {__file__} with agents/offline/ beside it")
+                f"Set ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN, or run python {__file__} "
+                "with agents/offline/ beside it")
         sys.exit(offline.run(__file__, sys.argv))
     repl()
 

@@ -146,19 +146,22 @@ def repair_reply(blocks, messages):
             calls.append((call, not_run))
         elif block.type == "text" and block.text.strip():
             content.append({"type": "text", "text": sendable(block.text)})  # s02: any string
-        else:  # the API refuses whitespace-only text; a type we do not know may be refused
-            repairs.append(f"left out an empty or unknown {block.type} block")
+        elif block.type == "text":  # the API refuses whitespace-only text
+            repairs.append("dropped an empty text block")
+        else:  # sent back, a type this harness does not know may be refused
+            repairs.append(f"left out a {block.type!r} block (a type this harness does not know)")
     return content, calls, repairs
 
 def repair_call(block, taken, repairs):
     """A valid tool_use for the history, and why it must not run (None when it may)."""
     call_id = unique_id(block.get("id"), taken, repairs)
     name = block.get("name")
-    args = parsed_input(block.get("input"), repairs)  # s02: some endpoints send JSON as text
+    args = parsed_input(block.get("input"), call_id, repairs)  # s02: some send JSON as text
     call = {"type": "tool_use", "id": call_id, "name": name, "input": args}
     if isinstance(name, str) and name and isinstance(args, dict):
         return sendable(call), None  # s02: any string, made sendable
-    not_run = f"malformed call, not run: received name={name!r}, input={args!r}"
+    not_run = ("malformed call, not run: a tool call needs a name and an object input; "
+               f"received name={name!r}, input={args!r}")
     repairs.append(not_run)
     return {**call, "name": "malformed", "input": {}}, not_run
 
@@ -271,7 +274,7 @@ def run_edit(path, old_text, new_text):
     if count == 0:
         raise ValueError(f"old_text not found in {path}; read the file and copy the text exactly")
     if count > 1:
-        raise ValueError(f"old_text appears {count} times in {path}; include more context")
+        raise ValueError(f"old_text appears {count} times in {path}; add context so it is unique")
     write_atomic(target, text.replace(old_text, new_text, 1))
     return f"Edited {path}"
 
@@ -303,12 +306,12 @@ STOP_NOTES = {  # the documented stop reasons that end a turn early, as the REPL
 
 CUT_OFF = ("max_tokens", "model_context_window_exceeded")  # a call may be unfinished: not run
 
-def parsed_input(args, repairs):
+def parsed_input(args, call_id, repairs):
     """A tool input that some endpoints send as text holding a JSON object, parsed."""
     if isinstance(args, str) and args.strip().startswith("{"):
         try:
             args = json.loads(args)
-            repairs.append("parsed a tool input sent as text")
+            repairs.append(f"parsed the input of {call_id} from a string")
         except ValueError:
             pass  # not JSON after all: answered as a malformed call
     return args
@@ -439,11 +442,12 @@ def parse_id(value):
                                         f"got {value!r}. {ID_NOTE}")
     return int(text)
 
-def parse_ids(values):
+def parse_ids(values, field):
     if values is None:
         return []
     if not isinstance(values, list):
-        raise TaskError("INVALID_ARGS", f"expected a list of ids such as [1, 2], got {values!r}")
+        raise TaskError("INVALID_ARGS", f"{field} must be a list of ids such as [1, 2], "
+                                        f"got {values!r}")
     return list(dict.fromkeys(map(parse_id, values)))  # each id once, in order
 
 def check_fields(fields):
@@ -561,7 +565,7 @@ class TaskBoard:
     def create(self, subject, description="", blocked_by=None):
         """A new pending task; the board picks its id, never the caller."""
         fields = check_fields({"subject": subject, "description": description})
-        blockers = parse_ids(blocked_by)
+        blockers = parse_ids(blocked_by, "blocked_by")
         with self.locked():
             for stale in self.dir.glob(".*.tmp"):  # left by a writer killed mid-write: none is live
                 stale.unlink(missing_ok=True)
@@ -571,7 +575,8 @@ class TaskBoard:
             try:
                 last = parse_id(mark.read_text(encoding="utf-8")) if mark.exists() else 0
             except TaskError:
-                raise CorruptFile(mark, "expected the last id handed out") from None
+                raise CorruptFile(mark, f"expected the last id handed out, found "
+                                        f"{mark.read_text(encoding='utf-8')[:40]!r}") from None
             task_id = last + 1
             while self.path(task_id).exists():  # a lost .highwatermark must never cost a task
                 task_id += 1
@@ -588,10 +593,13 @@ class TaskBoard:
         task_id = parse_id(task_id)
         fields = check_fields({"status": status, "subject": subject, "description": description,
                                "owner": owner, "lane": lane})  # s12: "" unbinds the lane
-        add = parse_ids(add_blocked_by)
-        remove = parse_ids(remove_blocked_by)
-        if set(add) & set(remove):
-            raise TaskError("INVALID_ARGS", "never add and remove the same id in one update")
+        add = parse_ids(add_blocked_by, "add_blocked_by")
+        remove = parse_ids(remove_blocked_by, "remove_blocked_by")
+        if not (fields or add or remove) or set(add) & set(remove):
+            raise TaskError("INVALID_ARGS", "pass at least one change (status, subject, "
+                                            "description, owner, add_blocked_by or "
+                                            "remove_blocked_by), and never add and remove the "
+                                            "same id in one update")
         deleting = status == "deleted"
         if deleting and (add or remove):
             raise TaskError("INVALID_ARGS", "deleting a task takes no edge changes; delete it on "
@@ -686,6 +694,7 @@ STATUS = {"type": "string", "enum": STATUSES}
 TASK_ID = {"anyOf": [{"type": "integer"}, {"type": "string"}],  # "3" is fine too
            "description": "A task id, e.g. 3. " + ID_NOTE}
 TASK_IDS = {"type": "array", "items": TASK_ID}
+TEXT = {"type": "string"}
 
 TASK_TOOLS = [
     {"name": "task_create",
@@ -694,8 +703,7 @@ TASK_TOOLS = [
                     "must be completed first - so create blockers first and take their ids from "
                     "the results. " + ID_NOTE,
      "input_schema": {"type": "object", "properties": {
-         "subject": {"type": "string"},
-         "description": {"type": "string"}, "blocked_by": TASK_IDS}, "required": ["subject"]}},
+         "subject": TEXT, "description": TEXT, "blocked_by": TASK_IDS}, "required": ["subject"]}},
     {"name": "task_update",
      "description": "Change one task: status, subject, description, owner, or what it waits for "
                     "(add_blocked_by, remove_blocked_by). It can start or complete only once all "
@@ -703,8 +711,8 @@ TASK_TOOLS = [
                     "just became ready. " + ID_NOTE,
      "input_schema": {"type": "object", "properties": {
          "task_id": TASK_ID, "status": STATUS,
-         "subject": {"type": "string"}, "description": {"type": "string"},
-         "owner": {"type": "string"}, "add_blocked_by": TASK_IDS, "remove_blocked_by": TASK_IDS},
+         "subject": TEXT, "description": TEXT, "owner": TEXT,
+         "add_blocked_by": TASK_IDS, "remove_blocked_by": TASK_IDS},
          "required": ["task_id"]}},
     {"name": "task_get",
      "description": "One task in full, with its description and `blocks` (what waits for it).",
@@ -1060,7 +1068,8 @@ def main():
             import offline  # the local stand-in, play mode and the trace recorder: only here
         except ImportError:
             raise SystemExit(  # copied alone, or run as python -m (agents/ not on sys.path)
-                f"Set ANTHROPIC_API_KEY, or run python {__file__} with agents/offline/ beside it")
+                f"Set ANTHROPIC_API_KEY or ANTHROPIC_AUTH_TOKEN, or run python {__file__} "
+                "with agents/offline/ beside it")
         sys.exit(offline.run(__file__, sys.argv))
     repl()
 

@@ -279,6 +279,7 @@ def test_standalone_copy_runs_with_a_key_and_explains_without_one(run_step, stan
     )
     assert keyless.returncode != 0
     assert "ANTHROPIC_API_KEY" in keyless.stderr and "agents/offline" in keyless.stderr
+    assert "ANTHROPIC_AUTH_TOKEN" in keyless.stderr  # either credential works
     assert "Traceback" not in keyless.stderr
 
 
@@ -299,3 +300,22 @@ def test_a_plain_string_turn_from_the_sdks_examples_takes_more_text(agent):
     agent.add_user_text(history, "and then this")
     assert history == [{"role": "user", "content": [{"type": "text", "text": "go"},
                                                     {"type": "text", "text": "and then this"}]}]
+
+
+def test_each_repair_says_what_it_did_and_why(agent, standin, type_lines, capsys):
+    """An empty text, an unknown block and a malformed call are three different repairs, and
+    each says so; a malformed call's result also says what a call needs."""
+    standin.policy = ScriptedModel(
+        [QUIRKS["whitespace_text"](tool_use("bash", {"command": "true"})), ["one"],
+         QUIRKS["unknown_block"](tool_use("bash", {"command": "true"})), ["two"],
+         QUIRKS["null_input"](tool_use("bash", {"command": "true"})), ["three"]]
+    )
+    type_lines("a", "b", "c")
+    agent.repl()
+    out = capsys.readouterr().out
+    assert "[repaired the reply: dropped an empty text block]" in out
+    assert "left out a 'server_tool_use' block (a type this harness does not know)" in out
+    malformed = latest_results(standin.requests[-1])[0]["content"]
+    assert "a tool call needs a name and an object input; received name='bash', input=None" in (
+        malformed
+    )

@@ -182,6 +182,7 @@ def test_standalone_copy_runs_with_a_key_and_explains_without_one(run_step, stan
     )
     assert keyless.returncode != 0
     assert "ANTHROPIC_API_KEY" in keyless.stderr and "agents/offline" in keyless.stderr
+    assert "ANTHROPIC_AUTH_TOKEN" in keyless.stderr  # either credential works
 
 
 def test_offline_demo_shows_every_tool_and_a_recovered_error(offline_demo):
@@ -835,3 +836,17 @@ def test_a_refusal_to_a_plain_string_turn_leaves_a_valid_history(agent, standin)
     agent.add_user_text(history, "try again")
     agent.agent_loop(history)
     assert standin.rejected == [] and history[-1]["content"] == [{"type": "text", "text": "fine"}]
+
+
+def test_a_parsed_input_names_its_call_and_an_ambiguous_edit_says_what_to_do(
+    agent, standin, type_lines, capsys, workdir
+):
+    call = tool_use("bash", {"command": "echo x"})
+    standin.policy = ScriptedModel([QUIRKS["string_input"](call), ["ok"]])
+    type_lines("go")
+    agent.repl()
+    call_id = standin.requests[-1]["messages"][1]["content"][0]["id"]
+    assert f"parsed the input of {call_id} from a string" in capsys.readouterr().out
+    (workdir / "twice.txt").write_text("a\na\n")
+    with pytest.raises(ValueError, match="appears 2 times in twice.txt; add context so it is uniq"):
+        agent.run_edit("twice.txt", "a", "b")

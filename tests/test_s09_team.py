@@ -478,13 +478,16 @@ def test_news_rides_inside_the_last_tool_result_and_stays_in_the_history(team, s
     assert standin.rejected == []
 
 
-def test_news_joins_a_user_turn_that_is_one_plain_string(team, monkeypatch):
-    """The SDK's own examples send {"role": "user", "content": "go"}: no TypeError here."""
+def test_news_joins_a_user_turn_that_is_one_plain_string(team, standin):
+    """The SDK's own examples send {"role": "user", "content": "go"}: a history copied from them
+    runs through the lead's loop with news waiting, and the request is valid."""
     team.MAILBOX.send("lead", "alice", "done with #2")
-    joined = []
-    monkeypatch.setattr(team, "add_user_text", lambda messages, text: joined.append(text))
-    team.deliver_team_news([{"role": "user", "content": "go"}])  # the spine joins the text
-    assert len(joined) == 1 and "done with #2" in joined[0]
+    standin.policy = ScriptedModel([["noted"]])
+    history = [{"role": "user", "content": "go"}]
+    team.agent_loop(history)
+    sent = standin.requests[-1]["messages"][0]["content"]
+    assert sent[0] == {"type": "text", "text": "go"} and "done with #2" in sent[1]["text"]
+    assert standin.rejected == [] and history[-1]["content"] == [{"type": "text", "text": "noted"}]
 
 
 def test_news_joins_a_tool_result_whose_content_is_a_list_of_blocks(team):
