@@ -34,7 +34,7 @@ OWN_TOKENS = {
     "s02_tool_use": 1800,
     "s03_todo": 950,
     "s06_compact": 1800,
-    "s07_task_system": 2800,
+    "s07_task_system": 3000,
     "s09_team": 2500,
     "s11_autonomous": 2000,
 }  # what a step's diff against its base adds
