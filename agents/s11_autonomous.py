@@ -1204,7 +1204,7 @@ def read_line(prompt):
 # mail, then the board, then a short wait - in a thread of the lead or as a --worker process.
 LEASE_SECONDS = float(os.getenv("LEASE_SECONDS") or 300)  # a claim lapses this long after a renewal
 TASK_CEILING = float(os.getenv("TASK_CEILING") or 3600)  # no renewals after this: a stuck task goes
-POLL_SECONDS = float(os.getenv("POLL_SECONDS") or 1)  # how long an idle worker waits on its mailbox
+POLL_SECONDS = float(os.getenv("POLL_SECONDS") or 1)  # an idle worker looks again after this
 IDLE_TIMEOUT = float(os.getenv("IDLE_TIMEOUT") or 60)  # idle this long, a worker stops
 WORKER_CONTEXT_LIMIT = 30_000  # estimated tokens: past this, a worker's history restarts
 WORKER_PROMPT = ("You take tasks from the shared task board and do them with your tools. Work only "
@@ -1233,18 +1233,25 @@ def holding(task, owners):
     return task["status"] == "in_progress" and task.get("claimed_by") in owners
 
 def claim(board, task_id, owner):
-    """Compare-and-set: a claimable task becomes `owner`'s (NAME@SESSION), with a lease.
-    CONFLICT if someone was faster - what the worker read a moment ago may be stale already."""
+    """Compare-and-set: task `task_id` - or, with None, the lowest claimable one - becomes
+    `owner`'s (NAME@SESSION), with a lease: picked, checked and written under one lock hold.
+    None if nothing is claimable; CONFLICT if the task asked for is not, and why."""
     with board.locked():
+        tasks = board.checked()["tasks"]  # the board as it is now: read again only if it changed
+        if task_id is None:
+            task_id = min((i for i in tasks if claimable(tasks[i], tasks)), default=None)
+            if task_id is None:
+                return None
         task = board.read(task_id)  # the check happens here, inside the lock, on the file as it is
-        blockers = {b: board.read(b) for b in task["blockedBy"]}
-        if not claimable(task, blockers):
-            raise TaskError("CONFLICT", f"task {task_id} is not claimable now; pick another")
-        now = moment()
+        if not claimable(task, tasks):  # say what was found, as every refusal does
+            waiting = [f"{b} ({tasks[b]['status']})" for b in open_blockers(task, tasks)]
+            raise TaskError("CONFLICT", f"task {task_id} is not claimable now: it is "
+                            f"{task['status']}, owned by {task['owner'] or 'nobody'}, blocked by "
+                            f"{', '.join(waiting) or 'nothing'}; pick another")
         task = {**task, "status": "in_progress", "owner": owner.partition("@")[0],
-                "claimed_by": owner, "started_at": now, "lease_until": moment(LEASE_SECONDS),
-                "updated_at": now}
-        write_json(board.path(task_id), task)
+                "claimed_by": owner, "taken_from": task["owner"], "started_at": moment(),
+                "lease_until": moment(LEASE_SECONDS), "updated_at": moment()}
+        board.write(task)
     return task
 
 def change_claim(board, task_id, owners, **changes):
@@ -1253,7 +1260,7 @@ def change_claim(board, task_id, owners, **changes):
         task = board.read(task_id)
         if not holding(task, owners):
             return False
-        write_json(board.path(task_id), {**task, **changes})
+        board.write({**task, **changes})
     return True
 
 def renew(board, task_id, owner):
@@ -1336,41 +1343,39 @@ class AutonomousAgent(Teammate):
                 self.stop(reason)
 
     def work(self):
-        """The loop, in order: mail, then the board, then a short wait. Returns why it ended."""
+        """The loop, in order: mail, then the board, then a wait. Returns why it ended."""
         busy_at = time.monotonic()
         while not self.stopping:
             messages, self.offset = self.mailbox.read(self.name, self.offset)
             for message in messages:  # 1. mail first, by s09's rules
                 self.handle(message)
+            board = self.board.signature()  # before looking: a change after it ends the wait
             if messages or self.work_on_next_task():  # 2. then the board
                 busy_at = time.monotonic()
             elif time.monotonic() - busy_at >= IDLE_TIMEOUT:  # 4. nothing to do for too long
                 return f"idle for {IDLE_TIMEOUT:g}s (no mail, nothing claimable)"
-            else:
-                self.mailbox.wait(self.name, self.offset, POLL_SECONDS)  # 3. a short wait
+            else:  # 3. until mail comes, the board changes (its generation moves with every
+                # change) or POLL_SECONDS pass (a lease may run out): a stat and a small read
+                # every 5 ms, never a scan of the board
+                deadline = time.monotonic() + POLL_SECONDS
+                while (self.mailbox.size(self.name) == self.offset
+                       and self.board.signature() == board and time.monotonic() < deadline):
+                    time.sleep(0.005)
         return "shutdown requested"
 
     def work_on_next_task(self):
-        """Claim the first claimable task, lowest id first, and do it; False if there was none."""
-        tasks = {task["id"]: task for task in self.board.tasks()}
-        candidates = [task for task in tasks.values() if claimable(task, tasks)]
-        for task in candidates:  # read without the lock: claim() decides
-            try:
-                claimed = claim(self.board, task["id"], self.owner)
-            except TaskError:  # someone was faster: normal, and worth seeing
-                winner = self.board.read(task["id"])["owner"] or "a change"
-                notify(f"[{self.name}] lost #{task['id']} to {winner}")
-                continue
-            self.do_task(claimed, previous=task["owner"])  # an owner here: its lease ran out
-            return True
-        return False
+        """Claim the lowest claimable task and do it; False if there was none."""
+        task = claim(self.board, None, self.owner)
+        if task:
+            self.do_task(task)
+        return task is not None
 
-    def do_task(self, task, previous):
+    def do_task(self, task):
         claimed = f"[{self.name}] claimed #{task['id']} {task['subject']}"
         prompt = f"Task #{task['id']}: {task['subject']}\n{task['description']}\n"
-        if previous:  # taken over: the work may be half done
-            claimed += f" - taken over from {previous}, whose lease ran out"
-            prompt += f"{previous} had it and stopped renewing its lease: check what is done. "
+        if task["taken_from"]:  # taken over from a worker whose lease ran out: maybe half done
+            claimed += f" - taken over from {task['taken_from']}, whose lease ran out"
+            prompt += f"{task['taken_from']} had it until its lease ran out: check what is done. "
         notify(claimed)
         if len(json.dumps(self.history)) / 4 > WORKER_CONTEXT_LIMIT:  # restart from who I am
             self.history = self.fresh_history()
@@ -1471,7 +1476,8 @@ AUTONOMOUS_TOOLS = [
 def hold_name(mailbox, name):
     """A lock file per running agent, held for its life and freed by the OS if its process dies:
     two agents with one name would share one mailbox and answer every request twice."""
-    mailbox.root.mkdir(parents=True, exist_ok=True)
+    for folder in (mailbox.root.parent, mailbox.root):  # made where first needed, never the
+        folder.mkdir(exist_ok=True)  # workspace: a worker must not recreate a deleted one
     handle = open(mailbox.root / f"{check_name(name)}.alive", "a+b")
     try:
         if os.name == "nt":
