@@ -493,7 +493,6 @@ class TaskBoard:
     def __init__(self, folder):
         self.dir = Path(folder)
         self.seen = {"signature": None}  # the board as last read and checked: nothing yet
-        self.looked = 0  # how many files the spot checks have looked at, in turn
         self.swept = False  # stale temp files are swept once per board, at its first change
 
     def path(self, task_id):
@@ -537,17 +536,23 @@ class TaskBoard:
                                     "last_id the last id handed out")
         return {**json.loads(text), "mtime": self.dir.stat().st_mtime_ns}
 
-    def checked(self):
+    def checked(self, everything=False):
         """The board as last read and checked: {"tasks", and "full" and "ready" once asked} -
-        read again only if it changed. While it did not, a read costs the signature and a spot
-        check of 16 files in turn (so a hand edit in place is seen within N/16 reads)."""
+        read again only if it changed. While it did not, a read costs the signature: a few
+        file operations. With `everything` (a listing, which costs N anyway), every file's
+        stat is compared too, so a hand edit in place shows there at the latest."""
         signature = self.signature()  # first: a change made while we read shows next time
-        self.looked = (self.looked + 16) % max(signature["last_id"], 1)  # the spots, in turn
-        spots = range(self.looked + 1, self.looked + 17)
-        if self.seen["signature"] != signature or any(
-                self.read(i) != self.seen["tasks"][i] for i in spots if i in self.seen["tasks"]):
+        if self.seen["signature"] != signature or everything and not self.unchanged():
+            self.seen = {"signature": None}  # suspect until a full read passes
             self.seen = {"signature": signature, "tasks": self.read_all()}
         return self.seen
+
+    def unchanged(self):
+        """Whether every file still holds what was read: a stat each, parsed only if changed."""
+        try:
+            return all(load_json(self.path(i)) == task for i, task in self.seen["tasks"].items())
+        except (OSError, ValueError):  # gone or unreadable: read_all says which, and why
+            return False
 
     def read(self, task_id):
         """One task as its file says: NOT_FOUND if there is none, CorruptFile if it is unsound."""
@@ -578,13 +583,12 @@ class TaskBoard:
                               f"dependency cycle {' -> '.join(map(str, cycle))}")
         return board
 
-    def derived(self):
+    def derived(self, everything=False):
         """checked(), for readers without the lock, with what is worked out once per change of
         the board: "full", every task with `blocks` (from everyone's blockedBy), and "ready"."""
         try:
-            seen = self.checked()
+            seen = self.checked(everything)
         except CorruptFile:  # or a change seen half made, file by file: all again, alone
-            self.seen = {"signature": None}
             with self.locked():
                 seen = self.checked()
         tasks = seen["tasks"]
@@ -599,13 +603,12 @@ class TaskBoard:
 
     def tasks(self):
         """Every task, deleted ones too, with `blocks` derived from everyone's blockedBy."""
-        return list(self.derived()["full"].values())
+        return list(self.derived(True)["full"].values())  # a listing: every file looked at
 
     def get(self, task_id):
         """One task in full, with its derived `blocks`."""
-        task_id = parse_id(task_id)
-        self.read(task_id)  # NOT_FOUND for an id the board never handed out, CorruptFile
-        return {**self.derived()["full"][task_id]}
+        task = self.read(parse_id(task_id))  # NOT_FOUND for an id never handed out
+        return {**task, "blocks": self.derived()["full"][task["id"]]["blocks"]}  # its file now
 
     def ready(self):
         """The tasks someone can start now."""

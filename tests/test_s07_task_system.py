@@ -267,7 +267,9 @@ def test_a_reader_reads_again_only_after_a_change(board, tasks_dir, monkeypatch)
     assert [reader for (reader,) in full_reads].count(other) == 2
 
 
-def test_a_hand_edit_is_seen_replaced_at_once_in_place_by_the_spot_checks(board, tasks_dir):
+def test_a_hand_edit_is_seen_replaced_at_once_in_place_by_a_listing_or_a_change(
+    board, tasks_dir
+):
     for n in range(40):
         board.create(f"Task {n + 1}")
     assert board.get(1)["subject"] == "Task 1"
@@ -275,11 +277,15 @@ def test_a_hand_edit_is_seen_replaced_at_once_in_place_by_the_spot_checks(board,
     replaced = tasks_dir / "replacement.tmp"  # as most editors save: a new file, renamed over
     replaced.write_text(json.dumps({**record, "subject": "Renamed by hand"}))
     os.replace(replaced, tasks_dir / "task_30.json")
-    assert board.get(2)["subject"] == "Task 2" and board.tasks()[29]["subject"] == "Renamed by hand"
-    (tasks_dir / "task_35.json").write_text("{broken")  # in place: the folder does not change
-    with pytest.raises(s07.CorruptFile, match="task_35.json: cannot be read as JSON"):
-        for _ in range(3):  # 16 files a read, in turn: 40 tasks are all looked at within 3 reads
-            board.ready()
+    assert [t["id"] for t in board.ready()][29] == 30  # the folder changed: read again
+    assert board.ready()[29]["subject"] == "Renamed by hand"
+    (tasks_dir / "task_35.json").write_text(json.dumps({**record, "id": 35, "subject": "In place"}))
+    assert board.get(35)["subject"] == "In place"  # get reads the task's own file
+    (tasks_dir / "task_36.json").write_text("{broken")  # in place: the folder does not change
+    with pytest.raises(s07.CorruptFile, match="task_36.json: cannot be read as JSON"):
+        board.tasks()  # a listing compares every file's stat
+    with pytest.raises(s07.CorruptFile, match="task_36.json: cannot be read as JSON"):
+        board.ready()  # and the board stays suspect until a full read passes
 
 
 def test_an_update_that_changes_nothing_writes_nothing(board, tasks_dir):
