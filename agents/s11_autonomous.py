@@ -1352,17 +1352,20 @@ class AutonomousAgent(Teammate):
             messages, self.offset = self.mailbox.read(self.name, self.offset)
             for message in messages:  # 1. mail first, by s09's rules
                 self.handle(message)
-            board = self.board.signature()  # before looking: a change after it ends the wait
+            # the board brought up to date without the lock, so that the claim's hold of it
+            # reads nothing again unless someone changed it since; a change after it ends the wait
+            board = self.board.derived()["signature"]
             if messages or self.work_on_next_task():  # 2. then the board
                 busy_at = time.monotonic()
             elif time.monotonic() - busy_at >= IDLE_TIMEOUT:  # 4. nothing to do for too long
                 return f"idle for {IDLE_TIMEOUT:g}s (no mail, nothing claimable)"
             else:  # 3. until mail comes, the board changes (its generation moves with every
-                # change) or POLL_SECONDS pass (a lease may run out): a stat and a small read
-                # every 5 ms, never a scan of the board
-                deadline = time.monotonic() + POLL_SECONDS
-                while (self.mailbox.size(self.name) == self.offset
-                       and self.board.signature() == board and time.monotonic() < deadline):
+                # change) or about POLL_SECONDS pass (a lease may run out): a stat and a small
+                # read every 5 ms, never a scan of the board
+                for _ in range(int(POLL_SECONDS / 0.005)):
+                    if (self.mailbox.size(self.name) != self.offset
+                            or self.board.signature() != board):
+                        break
                     time.sleep(0.005)
         return "shutdown requested"
 
