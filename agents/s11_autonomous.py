@@ -10,15 +10,15 @@ In s09 a teammate waits to be told. Here it looks for work itself, in a fixed or
 stops by itself when nothing comes:
 
     1. new mail?                  answer it (s09's rules; a shutdown ends the loop)
-    2. a claimable task?          claim the lowest id - a compare-and-set under the board
-                                  lock - do it, finish it (completed or failed)
-    3. nothing?                   wait on the mailbox for POLL_SECONDS
+    2. a claimable task?          pick and claim the lowest id in one hold of the board
+                                  lock (a compare-and-set), do it, finish it (completed/failed)
+    3. nothing?                   wait for mail or the board's generation (POLL_SECONDS at most)
     4. nothing for IDLE_TIMEOUT?  report "stopped" to the lead, and end
 
     lead (REPL)                 .tasks/ (s07's board)              workers: threads of the lead,
     task_create, blocked_by --> [1]--+                             or --worker processes
-                                [2]--+--> [4]  <-- claim #4 -- alice: won, lease 5 min
-                                [3]--+         <-- claim #4 -- bob:   lost #4 to alice, next
+                                [2]--+--> [4]  <-- claim -- alice: picks #4, lease 5 min
+                                [3]--+         <-- claim -- bob:   next in the lock, #4 taken
     lead.jsonl  <-- "started", "completed #4 ...", "stopped: idle"    (s09's mailbox)
 
 A claim carries a lease that a heartbeat renews while the work runs (up to TASK_CEILING), so
@@ -1204,7 +1204,7 @@ def read_line(prompt):
 # Three rules decide everything: when a lease has run out, who may claim a task, who holds a
 # claim. A claim is a compare-and-set under s07's board lock, re-reading inside it; a heartbeat
 # renews its lease while the work runs. The agent is s09's teammate with a loop of its own -
-# mail, then the board, then a short wait - in a thread of the lead or as a --worker process.
+# mail, then the board, then a wait for news - in a thread of the lead or a --worker process.
 LEASE_SECONDS = float(os.getenv("LEASE_SECONDS") or 300)  # a claim lapses this long after a renewal
 TASK_CEILING = float(os.getenv("TASK_CEILING") or 3600)  # no renewals after this: a stuck task goes
 POLL_SECONDS = float(os.getenv("POLL_SECONDS") or 1)  # an idle worker looks again after this
