@@ -9,6 +9,7 @@ the local stand-in; one end-to-end test runs the script as a subprocess, twice.
 import importlib.util
 import json
 import os
+import shutil
 import threading
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -408,6 +409,17 @@ def test_a_lost_board_json_never_overwrites_a_task(board, tasks_dir):
     (tasks_dir / ".board.json").unlink()
     assert board.create("C")["id"] == 3
     assert board.get(1)["subject"] == "A"
+
+
+def test_the_board_makes_its_folder_where_first_needed_never_a_deleted_workspace(tmp_path):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    board = s07.TaskBoard(workspace / ".tasks")
+    assert board.create("Plan")["id"] == 1  # .tasks/ made at the first change
+    shutil.rmtree(workspace)  # the workspace is deleted under a running agent
+    with pytest.raises(FileNotFoundError):
+        board.create("Build")
+    assert not workspace.exists()  # file_lock made no parents
 
 
 def test_a_crash_between_the_task_and_board_json_never_hands_an_id_out_twice(
