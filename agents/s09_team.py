@@ -380,9 +380,10 @@ def drain(pipe, output):
 
 
 # -- s07: the task board - a dependency graph on disk that outlives the chat -----
-# One JSON file per task in .tasks/, plus .highwatermark (the last id handed out) and .lock.
-# Only `blockedBy` is stored; `blocks` is derived. Readers never lock: every file is replaced
-# whole. A change takes the lock, re-reads what it decides on, checks every rule, then writes.
+# One JSON file per task in .tasks/, plus .lock and .board.json: the generation, which every
+# change bumps, and the last id handed out. Only `blockedBy` is stored; `blocks` is derived.
+# Readers never lock: every file is replaced whole, and a reader re-reads only once the board
+# changed. A change takes the lock, re-reads what it decides on, checks every rule, then writes.
 import contextlib
 from collections import Counter
 from datetime import datetime, timezone
@@ -483,9 +484,6 @@ def record_problem(task, task_id):
             return f"{field} must be a string"
     return None
 
-def by_id(tasks):
-    return {task["id"]: task for task in tasks}
-
 def write_json(path, data):
     """Through the spine's write_atomic: a temp file, then a rename."""
     write_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
@@ -494,25 +492,84 @@ def utc_now():
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 @contextlib.contextmanager
-def file_lock(path):
-    """Hold an exclusive lock on `path`; it keeps out other threads and other processes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def file_lock(path, folders=0):
+    """Hold an exclusive lock on `path`; it keeps out other threads and other processes. The last
+    `folders` folders of its path are made where first needed, one at a time and never the ones
+    above them: a workspace deleted under a running agent stays deleted."""
+    for folder in reversed(path.parents[:folders]):
+        folder.mkdir(exist_ok=True)
     with open(path, "a+b") as handle, os_lock(handle):  # a handle per holder: threads wait too
         yield
 
 class TaskBoard:
-    """The graph in a folder, shared by threads and processes; a refused change writes nothing."""
+    """The graph in a folder, shared by threads and processes; a refused change writes nothing.
+    A reader keeps the board it last read and checked, and trusts it while the folder's
+    signature is unchanged: a few file operations a read, whatever the number of tasks."""
 
     def __init__(self, folder):
         self.dir = Path(folder)
+        self.seen = {"signature": None}  # the board as last read and checked: nothing yet
+        self.swept = False  # stale temp files are swept once per board, at its first change
 
     def path(self, task_id):
         return self.dir / f"task_{task_id}.json"
 
+    @contextlib.contextmanager
     def locked(self):
-        return file_lock(self.dir / ".lock")
+        """The lock, for one change at a time."""
+        with file_lock(self.dir / ".lock", 1):  # .tasks/ itself is made where first needed
+            if not self.swept:  # left by writers killed mid-write: none is live while we hold it
+                for stale in self.dir.glob(".*.tmp"):
+                    stale.unlink(missing_ok=True)
+                self.swept = True
+            yield
+
+    def write(self, task):
+        """Under the lock: one task file, whole and fsynced; then the generation bumped (every
+        reader's cue to look again) and the task folded into this board's checked copy."""
+        before = self.signature()
+        write_json(self.path(task["id"]), task)
+        temp = self.dir / ".board.json.tmp"  # one name is enough: only the lock holder writes it
+        temp.write_text(json.dumps({"generation": before["generation"] + 1,
+                                    "last_id": max(before["last_id"], task["id"])}))
+        os.replace(temp, self.dir / ".board.json")  # a cue, not data: no fsync (see create)
+        current = self.seen["signature"] == before  # else the next read reads it all
+        self.seen = {"signature": current and self.signature(),
+                     "tasks": {**self.seen.get("tasks", {}), task["id"]: task}}
 
     # -- reading: no lock ---------------------------------------------------------
+    def signature(self):
+        """What a reader compares before trusting what it checked: .board.json - the generation,
+        bumped by every change, and the last id handed out - and the folder's modification time
+        (a file added, removed or replaced by hand). A hand edit in place changes neither."""
+        path = self.dir / ".board.json"
+        try:
+            text = path.read_bytes()
+        except FileNotFoundError:  # nothing written yet
+            return {"generation": 0, "last_id": 0}
+        if not re.fullmatch(rb'\{"generation": [0-9]{1,18}, "last_id": [0-9]{1,18}\}', text):
+            raise CorruptFile(path, 'expected {"generation": n, "last_id": n} with whole '
+                                    f"numbers, last_id the last id handed out; found {text[:40]!r}")
+        return {**json.loads(text), "mtime": self.dir.stat().st_mtime_ns}
+
+    def checked(self, everything=False):
+        """The board as last read and checked: {"tasks", and "full" and "ready" once asked} -
+        read again only if it changed. While it did not, a read costs the signature: a few
+        file operations. With `everything` (a listing, which costs N anyway), every file's
+        stat is compared too, so a hand edit in place shows there at the latest."""
+        signature = self.signature()  # first: a change made while we read shows next time
+        if self.seen["signature"] != signature or everything and not self.unchanged():
+            self.seen = {"signature": None}  # suspect until a full read passes
+            self.seen = {"signature": signature, "tasks": self.read_all()}
+        return self.seen
+
+    def unchanged(self):
+        """Whether every file still holds what was read: a stat each, parsed only if changed."""
+        try:
+            return all(load_json(self.path(i)) == task for i, task in self.seen["tasks"].items())
+        except (OSError, ValueError):  # gone or unreadable: read_all says which, and why
+            return False
+
     def read(self, task_id):
         """One task as its file says: NOT_FOUND if there is none, CorruptFile if it is unsound."""
         path = self.path(task_id)
@@ -527,8 +584,8 @@ class TaskBoard:
         return task
 
     def read_all(self):
-        """Every task by id, checked as a whole: an edge to a missing or deleted task, or a
-        cycle, is corruption too."""
+        """Every task by id, checked as a whole - an edge to a missing or deleted task, or a
+        cycle, is corruption too - and `blocks`, derived from everyone's blockedBy."""
         ids = sorted(int(p.stem[5:]) for p in self.dir.glob("task_*.json")
                      if re.fullmatch(r"task_[1-9][0-9]*", p.stem))  # not task_07, not task_x
         board = {task_id: self.read(task_id) for task_id in ids}
@@ -537,33 +594,41 @@ class TaskBoard:
                 if blocker not in board or board[blocker]["status"] == "deleted":
                     raise CorruptFile(self.path(task["id"]), f"blocked by task {blocker}, "
                                                              "deleted or gone")
-        if cycle := find_cycle(board, sorted(board)):  # made by hand: no update lets one in
+        if cycle := find_cycle(board, board):  # made by hand: no update lets one in
             raise CorruptFile(self.path(cycle[0]),
                               f"dependency cycle {' -> '.join(map(str, cycle))}")
         return board
 
+    def derived(self, everything=False):
+        """checked(), for readers without the lock, with what is worked out once per change of
+        the board: "full", every task with `blocks` (from everyone's blockedBy), and "ready"."""
+        try:
+            seen = self.checked(everything)
+        except CorruptFile:  # or a change seen half made, file by file: all again, alone
+            with self.locked():
+                seen = self.checked()
+        tasks = seen["tasks"]
+        if "ready" not in seen:
+            full = {i: {**tasks[i], "blocks": []} for i in tasks}  # in id order, as read
+            for task in tasks.values():
+                for blocker in task["blockedBy"]:
+                    full[blocker]["blocks"].append(task["id"])
+            seen["full"] = full
+            seen["ready"] = [task for task in full.values() if is_ready(task, full)]
+        return seen
+
     def tasks(self):
         """Every task, deleted ones too, with `blocks` derived from everyone's blockedBy."""
-        try:
-            board = self.read_all()
-        except CorruptFile:  # or a change seen half made, file by file: look again, alone
-            with self.locked():
-                board = self.read_all()
-        blocks = {task_id: [] for task_id in board}
-        for task in board.values():
-            for blocker in task["blockedBy"]:
-                blocks[blocker].append(task["id"])
-        return [{**task, "blocks": blocks[task_id]} for task_id, task in board.items()]
+        return list(self.derived(True)["full"].values())  # a listing: every file looked at
 
     def get(self, task_id):
         """One task in full, with its derived `blocks`."""
-        task = self.read(parse_id(task_id))  # NOT_FOUND for an id the board never handed out
-        return by_id(self.tasks())[task["id"]]
+        task = self.read(parse_id(task_id))  # NOT_FOUND for an id never handed out
+        return {**task, "blocks": self.derived()["full"][task["id"]]["blocks"]}  # its file now
 
     def ready(self):
         """The tasks someone can start now."""
-        tasks = by_id(self.tasks())
-        return [task for task in tasks.values() if is_ready(task, tasks)]
+        return list(self.derived()["ready"])
 
     # -- changing: under the lock ----------------------------------------------------
     def create(self, subject, description="", blocked_by=None):
@@ -571,24 +636,17 @@ class TaskBoard:
         fields = check_fields({"subject": subject, "description": description})
         blockers = parse_ids(blocked_by, "blocked_by")
         with self.locked():
-            for stale in self.dir.glob(".*.tmp"):  # left by a writer killed mid-write: none is live
-                stale.unlink(missing_ok=True)
             for blocker in blockers:
                 self.check_blocker(blocker)  # nothing waits for a new task yet: no cycle
-            mark = self.dir / ".highwatermark"
-            try:
-                last = parse_id(mark.read_text(encoding="utf-8")) if mark.exists() else 0
-            except TaskError:
-                raise CorruptFile(mark, f"expected the last id handed out, found "
-                                        f"{mark.read_text(encoding='utf-8')[:40]!r}") from None
-            task_id = last + 1
-            while self.path(task_id).exists():  # a lost .highwatermark must never cost a task
+            task_id = self.signature()["last_id"] + 1
+            # A crash after the task's write and before .board.json's leaves last_id behind:
+            # the file is there, so its id is skipped, never handed out twice.
+            while self.path(task_id).exists():
                 task_id += 1
             now = utc_now()
             task = {"id": task_id, **fields, "status": "pending", "blockedBy": blockers,
                     "owner": "", "created_at": now, "updated_at": now}
-            write_json(mark, task_id)  # first: a crash between the two writes only skips an id
-            write_json(self.path(task_id), task)
+            self.write(task)  # the one fsynced write; last_id follows it
         return task
 
     def update(self, task_id, status=None, subject=None, description=None, owner=None,
@@ -599,34 +657,34 @@ class TaskBoard:
                                "owner": owner})
         add = parse_ids(add_blocked_by, "add_blocked_by")
         remove = parse_ids(remove_blocked_by, "remove_blocked_by")
-        if not (fields or add or remove) or set(add) & set(remove):
+        if not (fields or add or remove):
             raise TaskError("INVALID_ARGS", "pass at least one change (status, subject, "
                                             "description, owner, add_blocked_by or "
-                                            "remove_blocked_by), and never add and remove the "
-                                            "same id in one update")
+                                            "remove_blocked_by)")
+        if set(add) & set(remove):
+            raise TaskError("INVALID_ARGS", "never add and remove the same id in one update")
         deleting = status == "deleted"
         if deleting and (add or remove):
             raise TaskError("INVALID_ARGS", "deleting a task takes no edge changes; delete it on "
                                             "its own")
         with self.locked():
             task = self.read(task_id)  # re-read inside the lock: what the caller saw may be stale
+            board = self.checked()["tasks"]  # as it is now; read again only if it changed
             edges = [b for b in dict.fromkeys(task["blockedBy"] + add) if b not in remove]
             # a deleted task waits for nothing, and (below) nothing waits for it any more
             after = {**task, **fields, "blockedBy": [] if deleting else edges}
-            board = self.read_all() if add or deleting else {}  # only these look past the task
             self.check_change(task, after, add, board)
             dependents = [t for t in board.values() if task_id in t["blockedBy"]]
             if deleting:  # the dependents first, so that no file ever names a deleted task
                 for other in dependents:
                     kept = [b for b in other["blockedBy"] if b != task_id]
-                    write_json(self.path(other["id"]), {**other, "blockedBy": kept,
-                                                        "updated_at": utc_now()})
+                    self.write({**other, "blockedBy": kept, "updated_at": utc_now()})
             if after != task:  # a change that changes nothing writes nothing
-                write_json(self.path(task_id), {**after, "updated_at": utc_now()})
-        tasks = by_id(self.tasks())  # read again, lock-free, for the derived `blocks`
-        result = tasks[task_id]
+                self.write({**after, "updated_at": utc_now()})
+        tasks = self.seen["tasks"]  # the change, folded in already: no second full read
+        waited = [t["id"] for t in dependents]  # who waited for it (no more, if it is deleted)
+        result = {**tasks[task_id], "blocks": [] if deleting else waited}
         if after["status"] in ("completed", "deleted") and after["status"] != task["status"]:
-            waited = [t["id"] for t in dependents] if deleting else result["blocks"]  # who waited
             result = {"unblocked": [i for i in waited if unblocked(tasks[i], tasks)], **result}
         return result
 
@@ -656,14 +714,12 @@ class TaskBoard:
                                                   f"{ID_NOTE}")
 
 
-# Views: a compact board for the model, Mermaid text for humans.
-def render_board(tasks, status=None, include_deleted=False):
+# The view: a compact board, for the model and for you.
+def render_board(tasks, status=None):
     """One line per task (no descriptions: task_get has them), then counts and what is ready."""
-    everyone = by_id(tasks)
-    if status:
-        shown = [task for task in tasks if task["status"] == status]
-    else:
-        shown = [task for task in tasks if include_deleted or task["status"] != "deleted"]
+    everyone = {task["id"]: task for task in tasks}
+    shown = [task for task in tasks  # deleted tasks only when asked for by their status
+             if task["status"] == status or not status and task["status"] != "deleted"]
     lines = []
     for task in shown:
         line = f"{MARKERS[task['status']]} #{task['id']} {task['subject']}"
@@ -678,25 +734,15 @@ def render_board(tasks, status=None, include_deleted=False):
     lines.append(f"{len(shown)} tasks: {summary}; ready now: {', '.join(ready) or 'none'}")
     return "\n".join(lines)
 
-def render_mermaid(tasks):
-    """The graph as Mermaid text, arrows from blocker to blocked: paste it into a Mermaid viewer."""
-    lines = ["flowchart TD"]
-    for task in tasks:
-        if task["status"] != "deleted":
-            label = f"{task['id']}: {task['subject']}".replace('"', "'").replace("\n", " ")
-            lines.append(f'    t{task["id"]}["{label}<br/>{task["status"]}"]')
-            lines += [f"    t{blocker} --> t{task['id']}" for blocker in task["blockedBy"]]
-    return "\n".join(lines)
-
 
 # The board as tools (for the model) and as slash commands (for you).
 BOARD = TaskBoard(WORKDIR / ".tasks")  # nothing on disk until the first task is created
 ID_NOTE = "Use only ids that an earlier tool result returned; never guess one."
-STATUS = {"type": "string", "enum": STATUSES}
+TEXT = {"type": "string"}
+STATUS = {**TEXT, "enum": STATUSES}
 TASK_ID = {"anyOf": [{"type": "integer"}, {"type": "string"}],  # "3" is fine too
            "description": "A task id, e.g. 3. " + ID_NOTE}
 TASK_IDS = {"type": "array", "items": TASK_ID}
-TEXT = {"type": "string"}
 
 TASK_TOOLS = [
     {"name": "task_create",
@@ -712,9 +758,8 @@ TASK_TOOLS = [
                     "its blockers are completed; completing returns `unblocked`, the tasks that "
                     "just became ready. " + ID_NOTE,
      "input_schema": {"type": "object", "properties": {
-         "task_id": TASK_ID, "status": STATUS,
-         "subject": TEXT, "description": TEXT, "owner": TEXT,
-         "add_blocked_by": TASK_IDS, "remove_blocked_by": TASK_IDS},
+         "task_id": TASK_ID, "status": STATUS, "subject": TEXT, "description": TEXT,
+         "owner": TEXT, "add_blocked_by": TASK_IDS, "remove_blocked_by": TASK_IDS},
          "required": ["task_id"]}},
     {"name": "task_get",
      "description": "One task in full, with its description and `blocks` (what waits for it).",
@@ -723,14 +768,13 @@ TASK_TOOLS = [
     {"name": "task_list",
      "description": "The board in brief: one line per task (status, id, subject, owner, open "
                     "blockers), then counts and the tasks ready now. No descriptions: use "
-                    "task_get for those.",
-     "input_schema": {"type": "object", "properties": {
-         "status": STATUS, "include_deleted": {"type": "boolean"}}}},
+                    "task_get for those. Deleted tasks show only with status 'deleted'.",
+     "input_schema": {"type": "object", "properties": {"status": STATUS}}},
 ]
 
-def run_task_list(status=None, include_deleted=False):
+def run_task_list(status=None):
     check_fields({"status": status})  # the filter is checked like a status field
-    return render_board(BOARD.tasks(), status, include_deleted)
+    return render_board(BOARD.tasks(), status)
 
 def returning_json(method):
     """A board method as a tool: the task it returns, as JSON."""
@@ -741,11 +785,9 @@ TASK_TOOL_HANDLERS = {"task_create": returning_json(BOARD.create),
                       "task_get": returning_json(BOARD.get), "task_list": run_task_list}
 
 def show_tasks(arg, history):
-    """/tasks [all | graph]: the board as the model sees it (all: deleted too; graph: Mermaid)"""
+    """/tasks [STATUS]: the board as the model sees it (deleted tasks: /tasks deleted)"""
     try:
-        tasks = BOARD.tasks()
-        print(render_mermaid(tasks) if arg == "graph" else
-              render_board(tasks, include_deleted=arg == "all"))
+        print(run_task_list(arg or None))
     except (TaskError, CorruptFile, OSError) as error:  # a broken board must not end the session
         print(f"[task board] {error}")
 
@@ -774,17 +816,16 @@ def os_lock(handle):
     finally:  # Windows wants the unlock said
         msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
 
-PARSED = {}  # the file's path as text -> (the identity of the file, what it held)
+PARSED = {}  # the file's path -> (the identity of the file, what it held)
 
 def load_json(path):
     """json.loads of a file, parsed again only once the file changed. Every write is a new file
     (os.replace), so a changed file has a new identity: inode, modification time, size."""
     stat = path.stat()
     identity = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-    key = str(path)  # cheaper to hash than the Path
-    if PARSED.get(key, (None,))[0] != identity:
-        PARSED[key] = (identity, json.loads(path.read_text(encoding="utf-8")))
-    return PARSED[key][1]
+    if PARSED.get(path, (None,))[0] != identity:
+        PARSED[path] = (identity, json.loads(path.read_bytes()))  # bad UTF-8: a ValueError too
+    return PARSED[path][1]
 
 
 # -- s09: a team that works from the board: mailboxes, protocols, teammates -------
@@ -864,7 +905,8 @@ class Mailbox:
         message = {"id": secrets.token_hex(8), "from": sender, "to": to, "kind": kind,
                    "protocol": protocol, "reply_to": reply_to, "content": content, "at": utc_now()}
         line = (json.dumps(message) + "\n").encode()  # ASCII JSON: lone surrogates are fine too
-        with file_lock(path.with_suffix(".lock")), open(path, "a+b", buffering=0) as handle:
+        # .mailbox/ and the session's folder are made where first needed, never the workspace
+        with file_lock(path.with_suffix(".lock"), 2), open(path, "a+b", buffering=0) as handle:
             size = handle.seek(0, os.SEEK_END)  # append mode: every write lands at the end
             handle.seek(max(size - 1, 0))
             if size and handle.read(1) != b"\n":
@@ -1192,7 +1234,7 @@ TOOL_HANDLERS = {"bash": run_bash, "read_file": run_read,  # s02: called with th
                  "write_file": run_write, "edit_file": run_edit,  # s07: the task tools, on BOARD
                  **TASK_TOOL_HANDLERS, **TEAM_HANDLERS}  # s09: the team tools
 
-SLASH_COMMANDS = {"/tasks": show_tasks,  # s07: the board and its graph, for you
+SLASH_COMMANDS = {"/tasks": show_tasks,  # s07: the board, for you
                   "/team": team_command, "/inbox": inbox_command}  # s09: the team, the lead's mail
 
 def run_tool(call, not_run=None):

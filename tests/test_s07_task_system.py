@@ -9,6 +9,7 @@ the local stand-in; one end-to-end test runs the script as a subprocess, twice.
 import importlib.util
 import json
 import os
+import shutil
 import threading
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -64,7 +65,7 @@ def diamond(board):
 # --- storage -------------------------------------------------------------------
 
 
-def test_create_writes_one_file_per_task_and_the_highwatermark(board, tasks_dir):
+def test_create_writes_one_file_per_task_and_the_last_id(board, tasks_dir):
     first = board.create("  Plan the work  ", "why and how")
     second = board.create("Do the work", blocked_by=[first["id"]])
     assert (first["id"], second["id"]) == (1, 2)
@@ -81,7 +82,7 @@ def test_create_writes_one_file_per_task_and_the_highwatermark(board, tasks_dir)
         "updated_at",
     }  # `blocks` is never stored
     assert json.loads((tasks_dir / "task_1.json").read_text())["subject"] == "Plan the work"
-    assert (tasks_dir / ".highwatermark").read_text().strip() == "2"
+    assert json.loads((tasks_dir / ".board.json").read_text()) == {"generation": 2, "last_id": 2}
     assert sorted(p.name for p in tasks_dir.glob("task_*.json")) == ["task_1.json", "task_2.json"]
 
 
@@ -242,16 +243,67 @@ def test_rejected_update_leaves_every_file_byte_identical(board, tasks_dir):
     assert snapshot(tasks_dir) == before
 
 
-def test_completing_a_task_writes_only_its_own_file(board, tasks_dir):
+def count_calls(monkeypatch, owner, name) -> list:
+    calls = []
+    original = getattr(owner, name)
+    monkeypatch.setattr(owner, name, lambda *args: calls.append(args) or original(*args))
+    return calls
+
+
+def test_completing_a_task_writes_only_its_own_file_and_reads_nothing_again(
+    board, tasks_dir, monkeypatch
+):
     board.create("Base")
     for n in range(10):
         board.create(f"Dependent {n}", blocked_by=[1])
+    board.tasks()  # its first read: from here on it knows the board
     before = snapshot(tasks_dir)
+    fsyncs = count_calls(monkeypatch, s07.os, "fsync")
+    full_reads = count_calls(monkeypatch, s07.TaskBoard, "read_all")
     result = board.update(1, status="completed")
-    assert result["unblocked"] == list(range(2, 12))
+    assert result["unblocked"] == list(range(2, 12)) and result["blocks"] == list(range(2, 12))
     after = snapshot(tasks_dir)
     changed = {name for name in before if before[name] != after[name]}
-    assert changed == {"task_1.json"}
+    assert changed == {"task_1.json", ".board.json"}  # the task, and the generation bumped
+    assert len(fsyncs) == 1 and full_reads == []  # one fsynced write; the board is not re-read
+    assert board.create("One more")["id"] == 12 and len(fsyncs) == 2 and full_reads == []
+    assert board.get(12)["blocks"] == [] and [t["id"] for t in board.ready()] == [2, 3, 4, 5, 6,
+                                                                              7, 8, 9, 10, 11, 12]
+    assert full_reads == []  # readers in this process trust what the writes folded in
+
+
+def test_a_reader_reads_again_only_after_a_change(board, tasks_dir, monkeypatch):
+    """Another board object is another process's view: it re-reads once per change, never more."""
+    diamond(board)
+    other = s07.TaskBoard(tasks_dir)
+    full_reads = count_calls(monkeypatch, s07.TaskBoard, "read_all")
+    for _ in range(5):
+        assert [t["id"] for t in other.ready()] == [1] and other.get(4)["blocks"] == []
+    assert [reader for (reader,) in full_reads] == [other]
+    board.update(1, status="completed")  # a change by someone else: the generation moves on
+    assert [t["id"] for t in other.ready()] == [2, 3] and other.get(1)["status"] == "completed"
+    assert [reader for (reader,) in full_reads].count(other) == 2
+
+
+def test_a_hand_edit_is_seen_replaced_at_once_in_place_by_a_listing_or_a_change(
+    board, tasks_dir
+):
+    for n in range(40):
+        board.create(f"Task {n + 1}")
+    assert board.get(1)["subject"] == "Task 1"
+    record = json.loads((tasks_dir / "task_30.json").read_text())
+    replaced = tasks_dir / "replacement.tmp"  # as most editors save: a new file, renamed over
+    replaced.write_text(json.dumps({**record, "subject": "Renamed by hand"}))
+    os.replace(replaced, tasks_dir / "task_30.json")
+    assert [t["id"] for t in board.ready()][29] == 30  # the folder changed: read again
+    assert board.ready()[29]["subject"] == "Renamed by hand"
+    (tasks_dir / "task_35.json").write_text(json.dumps({**record, "id": 35, "subject": "In place"}))
+    assert board.get(35)["subject"] == "In place"  # get reads the task's own file
+    (tasks_dir / "task_36.json").write_text("{broken")  # in place: the folder does not change
+    with pytest.raises(s07.CorruptFile, match="task_36.json: cannot be read as JSON"):
+        board.tasks()  # a listing compares every file's stat
+    with pytest.raises(s07.CorruptFile, match="task_36.json: cannot be read as JSON"):
+        board.ready()  # and the board stays suspect until a full read passes
 
 
 def test_an_update_that_changes_nothing_writes_nothing(board, tasks_dir):
@@ -274,15 +326,15 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp_files(board, tasks_dir, 
     assert snapshot(tasks_dir) == before  # the old file, and no temp file beside it
 
 
-def test_stale_temp_files_of_killed_writers_are_swept_under_the_lock(board, tasks_dir):
+def test_stale_temp_files_of_killed_writers_are_swept_once_per_board(board, tasks_dir):
     board.create("Plan")
     for n in range(3):  # what a writer killed between creating and renaming its temp file leaves
         (tasks_dir / f".task_1.json.dead{n}.tmp").write_text("{half")
-    board.create(
-        "Build"
-    )  # the next task created sweeps them (a status change stays as short as it can)
+    board.create("Build")  # this board swept at its first change, not at every one
+    assert len(list(tasks_dir.glob(".*.tmp"))) == 3
+    s07.TaskBoard(tasks_dir).update(2, subject="Build it")  # a new board: its first change sweeps
     assert sorted(p.name for p in tasks_dir.iterdir()) == [
-        ".highwatermark",
+        ".board.json",
         ".lock",
         "task_1.json",
         "task_2.json",
@@ -303,15 +355,18 @@ def test_rewritten_task_files_keep_their_mode_and_read_only_ones_are_refused(boa
     assert board.get(1)["subject"] == "Plan well"
 
 
-def test_a_huge_highwatermark_is_named_not_a_bare_value_error(board, tasks_dir):
+@pytest.mark.parametrize(
+    "content", ["7" * 5000, '{"generation": 3}', '{"generation": 3, "last_id": "2"}', "[1, 2]"]
+)
+def test_a_corrupt_board_json_is_named_not_a_bare_error(board, tasks_dir, content):
     board.create("Plan")
-    (tasks_dir / ".highwatermark").write_text("7" * 5000)
-    with pytest.raises(s07.CorruptFile) as caught:
-        board.create("Build")
-    assert str(tasks_dir / ".highwatermark") in str(caught.value) and "expected the last id" in str(
-        caught.value
-    )
-    assert "found '7777777" in str(caught.value)  # what it found, cut short
+    (tasks_dir / ".board.json").write_text(content)
+    for attempt in (lambda: board.create("Build"), board.tasks, lambda: board.get(1)):
+        with pytest.raises(s07.CorruptFile) as caught:
+            attempt()
+        assert str(tasks_dir / ".board.json") in str(caught.value)
+        assert "last_id the last id handed out" in str(caught.value)
+        assert f"found {content[:40].encode()!r}" in str(caught.value)  # what it found, cut short
     assert not (tasks_dir / "task_2.json").exists()
 
 
@@ -366,12 +421,45 @@ def test_ids_are_never_reused_after_delete(board, tasks_dir):
     assert s07.TaskBoard(tasks_dir).create("D")["id"] == 4
 
 
-def test_a_lost_highwatermark_never_overwrites_a_task(board, tasks_dir):
+def test_a_lost_board_json_never_overwrites_a_task(board, tasks_dir):
     board.create("A")
     board.create("B")
-    (tasks_dir / ".highwatermark").unlink()
+    (tasks_dir / ".board.json").unlink()
     assert board.create("C")["id"] == 3
     assert board.get(1)["subject"] == "A"
+
+
+def test_the_board_makes_its_folder_where_first_needed_never_a_deleted_workspace(tmp_path):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    board = s07.TaskBoard(workspace / ".tasks")
+    assert board.create("Plan")["id"] == 1  # .tasks/ made at the first change
+    shutil.rmtree(workspace)  # the workspace is deleted under a running agent
+    with pytest.raises(FileNotFoundError):
+        board.create("Build")
+    assert not workspace.exists()  # file_lock made no parents
+
+
+def test_a_crash_between_the_task_and_board_json_never_hands_an_id_out_twice(
+    board, tasks_dir, monkeypatch
+):
+    board.create("A")
+    replace = os.replace
+
+    def crash_before_board_json(source, target):
+        if Path(target).name == ".board.json":
+            raise SystemExit("killed")  # the process dies after the task's fsynced write
+        replace(source, target)
+
+    monkeypatch.setattr(s07.os, "replace", crash_before_board_json)
+    with pytest.raises(SystemExit):
+        board.create("B")
+    monkeypatch.setattr(s07.os, "replace", replace)
+    assert json.loads((tasks_dir / ".board.json").read_text())["last_id"] == 1  # behind
+    after_restart = s07.TaskBoard(tasks_dir)
+    assert after_restart.create("C")["id"] == 3  # task_2.json is there: 2 is skipped
+    assert [t["subject"] for t in after_restart.tasks()] == ["A", "B", "C"]
+    assert after_restart.create("D")["id"] == 4
 
 
 def test_reopening_a_task_reblocks_its_dependents(board):
@@ -465,7 +553,7 @@ def test_eight_processes_creating_at_once_get_distinct_ids(tasks_dir):
     ]
     assert len(ids) == 400 and set(ids) == set(range(1, 401))
     assert len(list(tasks_dir.glob("task_*.json"))) == 400
-    assert (tasks_dir / ".highwatermark").read_text().strip() == "400"
+    assert json.loads((tasks_dir / ".board.json").read_text())["last_id"] == 400
 
 
 def rewire(tasks_dir, rounds):
@@ -556,11 +644,11 @@ def test_task_list_is_a_compact_board_without_descriptions(agent, standin):
     agent.BOARD.update(1, status="completed")
     agent.BOARD.update(2, status="in_progress", owner="alice")
     agent.BOARD.update(3, status="deleted")
-    [[board], [everything]] = run_turns(
+    [[board], [deleted]] = run_turns(
         agent,
         standin,
         [tool_use("task_list", {})],
-        [tool_use("task_list", {"include_deleted": True})],
+        [tool_use("task_list", {"status": "deleted"})],
     )
     assert board["content"].splitlines() == [
         "[x] #1 Plan",
@@ -568,7 +656,7 @@ def test_task_list_is_a_compact_board_without_descriptions(agent, standin):
         "[ ] #4 Ship  (blocked by #2)",
         "3 tasks: 1 pending, 1 in_progress, 1 completed, 0 failed; ready now: none",
     ]
-    assert "[-] #3 Review" in everything["content"] and "description" not in everything["content"]
+    assert deleted["content"].splitlines()[0] == "[-] #3 Review"  # only when asked for by status
 
 
 @pytest.mark.parametrize(
@@ -612,15 +700,19 @@ def test_completion_result_reports_unblocked_first(agent, standin):
     assert result["content"].startswith('{"unblocked": [2], "id": 1')
 
 
-def test_slash_commands_print_the_board_and_a_mermaid_graph(agent, standin, type_lines, capsys):
+def test_slash_command_prints_the_board_filtered_by_a_checked_status(
+    agent, standin, type_lines, capsys
+):
     agent.BOARD.create("Plan")
     agent.BOARD.create('Build the "core"', blocked_by=[1])
-    type_lines("/tasks", "/tasks graph")
+    agent.BOARD.create("Scrap")
+    agent.BOARD.update(3, status="deleted")
+    type_lines("/tasks", "/tasks deleted", "/tasks done")
     agent.repl()
-    out = capsys.readouterr().out
-    assert '[ ] #2 Build the "core"  (blocked by #1)' in out
-    assert "flowchart TD" in out and "t1 --> t2" in out
-    assert """t2["2: Build the 'core'<br/>pending"]""" in out
+    first, deleted, bad = capsys.readouterr().out.split("s07 >> ")[1:4]
+    assert '[ ] #2 Build the "core"  (blocked by #1)' in first and "#3" not in first
+    assert "\n[-] #3 Scrap\n1 tasks:" in deleted
+    assert "[task board] INVALID_STATUS: unknown status 'done'" in bad
     assert standin.requests == []
 
 
@@ -633,12 +725,12 @@ def test_a_corrupt_board_is_reported_and_the_repl_keeps_running(
     standin.policy = ScriptedModel(
         [[tool_use("task_list", {})], ["I see the board file is broken."]]
     )
-    type_lines("/tasks", "show the board", "/tasks graph")
+    type_lines("/tasks", "show the board", "/tasks pending")
     agent.repl()
     out = capsys.readouterr().out
     assert (
         out.count(f"[task board] {broken}: cannot be read as JSON") == 2
-    )  # /tasks and /tasks graph
+    )  # /tasks and /tasks pending
     [result] = latest_results(standin.requests[1])
     assert result["is_error"] is True and str(broken) in result["content"]
     assert "I see the board file is broken." in out
@@ -659,12 +751,12 @@ def test_subprocess_run_plans_on_disk_and_a_second_run_finds_the_board(run_step,
             ["Planned; Build is ready."],
         ]
     )
-    first = run_step(STEP, "plan it\n/tasks graph\n")
+    first = run_step(STEP, "plan it\n/tasks\n")
     assert first.returncode == 0, first.stderr
     assert "s07 >> " in first.stdout and '"unblocked": [2]' in first.stdout
-    assert "t1 --> t2" in first.stdout and "Planned; Build is ready." in first.stdout
+    assert "[ ] #2 Build\n" in first.stdout and "Planned; Build is ready." in first.stdout
     assert sorted(p.name for p in (workdir / ".tasks").iterdir()) == [
-        ".highwatermark",
+        ".board.json",
         ".lock",
         "task_1.json",
         "task_2.json",
@@ -690,3 +782,13 @@ def test_offline_demo_shows_the_refusal_the_unblocking_and_the_restart(offline_d
     assert '"unblocked": [2, 3]' in out and '"unblocked": [4]' in out
     restart = out[out.index("Restart: a fresh TaskBoard") :]
     assert "[x] #3 Write the docs" in restart and "ready() -> ['#4 Ship v1']" in restart
+
+
+def test_adding_and_removing_one_id_in_one_update_is_refused_on_its_own(board):
+    board.create("Plan")
+    board.create("Build")
+    with pytest.raises(s07.TaskError) as caught:
+        board.update(2, add_blocked_by=[1], remove_blocked_by=[1])
+    assert "never add and remove the same id in one update" in str(caught.value)
+    assert "pass at least one change" not in str(caught.value)  # one refusal, one reason
+    assert board.get(2)["blockedBy"] == []

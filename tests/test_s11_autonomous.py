@@ -8,6 +8,7 @@ team_spawn_autonomous runs them; two tests run `--worker` as a learner would.
 """
 
 import collections
+import importlib.util
 import multiprocessing
 import os
 import random
@@ -121,11 +122,51 @@ def test_claim_records_start_and_a_lease_and_is_compare_and_set(team):
         datetime.fromisoformat(task["lease_until"]),
     )
     assert before <= started and timedelta(seconds=299) < lease - started <= timedelta(seconds=301)
+    refusals = []
     for task_id in (1, 2):  # taken; blocked
         with pytest.raises(team.TaskError) as lost:
             team.claim(team.BOARD, task_id, "w2")
         assert lost.value.code == "CONFLICT"
+        refusals.append(str(lost.value))
+    assert refusals == [  # what the loser found, as every refusal of the board says
+        "CONFLICT: task 1 is not claimable now: it is in_progress, owned by w1, blocked by "
+        "nothing; pick another",
+        "CONFLICT: task 2 is not claimable now: it is pending, owned by nobody, blocked by "
+        "1 (in_progress); pick another",
+    ]
     assert team.BOARD.read(1)["owner"] == "w1" and claimable_ids(team) == []
+
+
+def test_claiming_the_next_task_picks_the_lowest_claimable_under_one_lock_hold(team, monkeypatch):
+    for n in range(1, 5):
+        team.BOARD.create(f"job {n}", blocked_by=[1] if n == 3 else [])
+    holds = []
+    original = team.TaskBoard.locked
+    monkeypatch.setattr(team.TaskBoard, "locked", lambda board: holds.append(1) or original(board))
+    got = [team.claim(team.BOARD, None, f"w{n}") for n in range(4)]
+    assert [task and task["id"] for task in got] == [1, 2, 4, None]  # 3 waits for 1
+    assert [task and task["owner"] for task in got[:3]] == ["w0", "w1", "w2"]
+    assert len(holds) == 4  # one hold each: the pick and the claim are one step, never two
+
+
+def test_threads_claiming_the_next_task_at_once_never_collide(team):
+    for n in range(40):
+        team.BOARD.create(f"job {n}")
+    won = collections.defaultdict(list)
+    gate = threading.Barrier(4)
+
+    def worker(name):
+        gate.wait()
+        while task := team.claim(team.BOARD, None, name):
+            won[name].append(task["id"])
+
+    threads = [threading.Thread(target=worker, args=(f"w{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sorted(i for ids in won.values() for i in ids) == list(range(1, 41))
+    assert {t["owner"] for t in team.BOARD.tasks()} == set(won)
 
 
 def test_an_expired_lease_makes_the_task_claimable_and_the_old_owner_loses_it(team):
@@ -284,6 +325,51 @@ def test_threads_claim_in_dependency_order_once_each_with_results(team, standin,
     ):  # every lost race is said
         assert winner != loser and winner in ("w1", "w2", "w3")
     assert {t["owner"] for t in tasks} <= {"w1", "w2", "w3"} and standin.rejected == []
+
+
+def test_an_idle_worker_waits_for_the_board_to_change_not_for_its_poll(team, standin, monkeypatch):
+    """POLL_SECONDS is long here: only the generation moving can wake the worker in time."""
+    standin.policy = done_policy
+    team.POLL_SECONDS = 60
+    looks = []
+    original = team.claim
+    monkeypatch.setattr(team, "claim", lambda *args: looks.append(args) or original(*args))
+    worker = spawn(team, "w1")
+    try:
+        assert wait_until(lambda: len(looks) >= 1)  # it looked once, found nothing, and waits
+        team.BOARD.create("late job")
+        assert wait_until(lambda: team.BOARD.read(1)["status"] == "completed", timeout=30)
+        assert len(looks) <= 4  # woken by the change, not by rescanning the board
+    finally:
+        worker.stopping = True
+        team.BOARD.create("wake up")  # a change ends its wait at once
+        worker.thread.join(timeout=30)
+
+
+def test_no_worker_recreates_a_deleted_workspace(team, tmp_path):
+    gone = tmp_path / "workspace"
+    gone.mkdir()
+    board = team.TaskBoard(gone / ".tasks")
+    board.create("job")
+    shutil.rmtree(gone)  # the folder is removed under a worker still running
+    with pytest.raises(FileNotFoundError):
+        board.create("another")
+    with pytest.raises(FileNotFoundError):
+        team.Mailbox(gone / ".mailbox" / "session").send(team.LEAD, "w1", "done")
+    with pytest.raises(FileNotFoundError):
+        team.hold_name(team.Mailbox(gone / ".mailbox" / "session"), "w1")
+    assert not gone.exists()
+
+
+def test_the_demo_stops_every_worker_still_alive(team):
+    spec = importlib.util.spec_from_file_location("s11_demo", AGENTS / "demos" / f"{STEP}.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    sleeper.reader = threading.Thread(target=lambda: None)
+    sleeper.reader.start()
+    demo.stop_all({"slow": sleeper})
+    assert sleeper.poll() is not None
 
 
 def test_idle_timeout_stops_the_worker_and_tells_the_lead(team, standin):
@@ -710,6 +796,8 @@ def test_offline_demo_shows_claims_a_kill_a_takeover_and_the_naive_race(offline_
     assert re.search(
         r"claim\(\) .*: (\w+) won #1; \w+ lost #1 to \1; \w+ lost #1 to \1 - it runs once", out
     )
+    assert len(re.findall(r"\[race\] \w+: CONFLICT: task 1 is not claimable now: it is "
+                          r"in_progress, owned by \w+, blocked by nothing", out)) == 2
     assert "0 rejected by the validator" in out
 
 

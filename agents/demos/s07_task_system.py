@@ -17,7 +17,6 @@ PROMPTS = [
     "Plan the release of a tiny library as tasks: first design the data model; after that the "
     "API and the docs can be written in parallel; ship v1 only when both are done.",
     "/tasks",
-    "/tasks graph",
     "Let's start with shipping v1 right away.",
     "OK, do the work in order; leave shipping for tomorrow.",
 ]

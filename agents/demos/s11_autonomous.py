@@ -4,15 +4,17 @@ here).
 Three acts, all real: real worker processes, a real SIGKILL, the step's own claim().
 
 1. The lead plans six slow jobs on the board. Three `--worker` processes (alice, bob, carol:
-   the same code a learner starts in three terminals) claim them; each line they print is one
-   event - claimed, lost to someone faster, completed.
+   the same code a learner starts in three terminals) claim them - each picks and claims the
+   lowest claimable job under one hold of the board lock, so none loses a race - and each line
+   they print is one event: claimed, completed, stopped.
 2. The demo kills carol with SIGKILL in the middle of a job. Nobody gives her task back: her
    lease simply stops being renewed, runs out after LEASE_SECONDS, and another worker takes it
    over and finishes it. At the end every job is completed, and its result written, once.
 3. The race in slow motion: three threads read one ready task at the same moment (a barrier
    lines them up), then write. A naive claim - read, check, write, no lock; it lives here, never
    in the step - lets all three believe they won: the task would run three times. The step's
-   claim(), a compare-and-set under the board lock, lets exactly one win.
+   claim(), a compare-and-set under the board lock, lets exactly one win; the others' refusals
+   say what they found (its status and owner).
 
 A worker's job: sleep (the work), then append one line to results/log.txt, then answer. A worker
 killed during the sleep has not appended anything; the one that takes the job over does.
@@ -35,6 +37,7 @@ WORKERS = ["alice", "bob", "carol"]
 VICTIM = "carol"
 JOBS = 6
 SETTINGS = {"LEASE_SECONDS": "3", "POLL_SECONDS": "0.1", "IDLE_TIMEOUT": "1.5"}  # short, for a demo
+DEADLINE = 600  # seconds for the whole worker phase: a guard against a hang, never a pace
 PROMPTS = [f"Plan {JOBS} independent jobs on the board for the workers."]
 WINDOWS = os.name == "nt"  # bash runs in cmd.exe there
 SLOW = "ping -n 2 127.0.0.1 > nul" if WINDOWS else "sleep 0.7"  # about 1 s in cmd.exe
@@ -82,18 +85,31 @@ def run(namespace: dict, workdir: Path, server) -> None:
         f"\n[demo] three worker processes join session {mailbox.root.name}: "
         f"python {Path(namespace['__file__']).name} --worker NAME --session {mailbox.root.name}"
     )
-    workers = {VICTIM: start_worker(namespace, workdir, server, VICTIM)}  # first: it gets a job
-    victim_job = wait_for_a_job(board, VICTIM)
-    for name in WORKERS:
-        if name != VICTIM:
-            workers[name] = start_worker(namespace, workdir, server, name)
-    kill_in_the_middle(workers, victim_job)
-    for name, process in workers.items():
-        process.wait(timeout=30)  # each stops by itself once it is idle
-    for process in workers.values():
-        process.reader.join(timeout=5)
+    deadline = time.monotonic() + DEADLINE  # one hang guard for the whole worker phase
+    workers = {}
+    try:
+        workers[VICTIM] = start_worker(namespace, workdir, server, VICTIM)  # first: it gets a job
+        victim_job = wait_for_a_job(board, VICTIM, deadline)
+        for name in WORKERS:
+            if name != VICTIM:
+                workers[name] = start_worker(namespace, workdir, server, name)
+        kill_in_the_middle(workers, victim_job)
+        for process in workers.values():  # each stops by itself once it is idle
+            process.wait(timeout=max(deadline - time.monotonic(), 1))
+    finally:  # a hang, Ctrl-C or a timeout: no worker may outlive the folder it works in
+        stop_all(workers)
     summary(board, workdir, victim_job)
     naive_versus_claim(namespace, workdir)
+
+
+def stop_all(workers: dict) -> None:
+    """Kill every worker still alive and wait until it is gone, with its output read."""
+    for process in workers.values():
+        if process.poll() is None:
+            process.kill()
+    for process in workers.values():
+        process.wait()
+        process.reader.join(timeout=30)
 
 
 def start_worker(namespace: dict, workdir: Path, server, name: str) -> subprocess.Popen:
@@ -126,9 +142,8 @@ def start_worker(namespace: dict, workdir: Path, server, name: str) -> subproces
     return process
 
 
-def wait_for_a_job(board, name: str) -> int | None:
+def wait_for_a_job(board, name: str, deadline: float) -> int | None:
     """The id of the job `name` holds, once it holds one (the deadline only guards a hang)."""
-    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         held = [t for t in board.tasks() if t["status"] == "in_progress" and t["owner"] == name]
         if held:
@@ -194,7 +209,7 @@ def naive_versus_claim(namespace: dict, workdir: Path) -> None:
     for label in ("naive", "claim"):
         board = namespace["TaskBoard"](workdir / f".race-{label}")
         task_id = board.create("The contested job")["id"]
-        line_up, outcome = threading.Barrier(len(WORKERS)), {}
+        line_up, outcome, refusals = threading.Barrier(len(WORKERS)), {}, {}
 
         def reach(name: str) -> None:
             if label == "naive":
@@ -203,8 +218,9 @@ def naive_versus_claim(namespace: dict, workdir: Path) -> None:
             line_up.wait()  # the same moment; claim() reads, checks and writes under one lock
             try:
                 outcome[name] = bool(namespace["claim"](board, task_id, name))
-            except namespace["TaskError"]:
+            except namespace["TaskError"] as error:
                 outcome[name] = False
+                refusals[name] = str(error)
 
         threads = [threading.Thread(target=reach, args=(name,)) for name in WORKERS]
         for thread in threads:
@@ -227,3 +243,5 @@ def naive_versus_claim(namespace: dict, workdir: Path) -> None:
                 f"[race] claim() (compare-and-set under the board lock): {owner} won #{task_id}; "
                 f"{'; '.join(losers)} - it runs once"
             )
+            for name, refusal in refusals.items():  # the refusal says what the loser found
+                print(f"[race] {name}: {refusal}")

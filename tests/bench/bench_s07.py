@@ -1,24 +1,32 @@
-"""Benchmark the s07 task board on a board of 2,000 tasks (not collected by pytest).
+"""Benchmark the s07 task board against a SQLite board, at 100, 1,000 and 10,000 tasks
+(not collected by pytest).
 
-Run from the repository root:  .venv/bin/python tests/bench/bench_s07.py [--tasks 2000]
+Run from the repository root:  .venv/bin/python tests/bench/bench_s07.py [--sizes 100 1000 10000]
 
-Measures the readers (tasks(), ready(), get() - no lock), the changes (a subject edit, a status
-change, completing a task with 10 dependents, adding an edge, create) with how long each holds
-the board lock, and tasks created per second by 1 and by 8 processes at once. Everything happens
-in a temporary folder.
+For each size, in one temporary folder, a board of that many tasks (chains and fan-outs, as
+build_board makes them) is written once as s07's files and once into a SQLite database in WAL
+mode with synchronous=FULL (every commit on disk, as every s07 change is). Then, median ms per:
 
-Absolute times say more about the disk than about the board, so the machine's fsync cost is
-measured first (a small file written and fsynced in the same folder, as write_atomic does) and
-every figure is printed beside it: times in fsyncs, rates as a share of 1/fsync.
+  get      one task with its `blocks`, on a board nobody changed since the reader last looked
+  ready    the tasks ready now, on the same unchanged board
+  update   a status change that frees ten dependents, returning `unblocked` (then reopened,
+           not measured)
+  create   a new task with one blocker
+
+The growth exponent from 1k to 10k is log10(t_10k / t_1k): 0 is flat, 1 is linear in N. The
+machine's fsync floor (a task-sized file written, fsynced and renamed, as write_atomic does) is
+measured in the same folder, and the figures that write are also given as multiples of it.
+Times depend on the machine and its load; the ratios are the result.
 """
 
 import argparse
-import contextlib
 import importlib.util
-import multiprocessing
+import json
+import math
 import os
 import platform
 import random
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -36,151 +44,191 @@ def load_script():
 
 
 s07 = load_script()
-HELD = []  # seconds the board lock was held, per change
 
 
-def timed_lock(original):
-    @contextlib.contextmanager
-    def lock(path):
-        with original(path):
-            start = time.perf_counter()
-            try:
-                yield
-            finally:
-                HELD.append(time.perf_counter() - start)
-
-    return lock
-
-
-def build_board(tasks_dir: Path, count: int):
-    """A realistic mix: chains and fan-outs; task 1 gates ten dependents (2..11)."""
-    board = s07.TaskBoard(tasks_dir)
-    board.create("Hub task", "gates ten dependents")
-    for n in range(2, 12):
-        board.create(f"Dependent {n}", blocked_by=[1])
+def plan(count: int) -> list:
+    """Task 1 gates ten dependents (2..11); then chains and fan-outs of up to two blockers."""
     rng = random.Random(7)
-    for n in range(12, count + 1):
-        blockers = (
-            rng.sample(range(12, n), k=min(2, n - 12)) if rng.random() < 0.5 and n > 14 else []
-        )
-        board.create(f"Task {n}", "some description " * 5, blocked_by=blockers)
-    return board
+    tasks = []
+    for n in range(1, count + 1):
+        if n == 1:
+            blockers = []
+        elif n <= 11:
+            blockers = [1]
+        else:
+            blockers = sorted(rng.sample(range(12, n), k=min(2, n - 12))) if n > 14 else []
+        tasks.append({"id": n, "subject": f"Task {n}", "description": "some description " * 5,
+                      "status": "pending", "blockedBy": blockers, "owner": "",
+                      "created_at": "2026-01-01T00:00:00+00:00",
+                      "updated_at": "2026-01-01T00:00:00+00:00"})
+    return tasks
 
 
-def fsync_ms(folder: Path, repeat: int = 50) -> float:
-    """Median ms to write a task-sized file and fsync it: the unit the figures are quoted in."""
-    data = b'{"id": 1, "subject": "x"}' * 12  # about the size of a task file
+def build_files(folder: Path, tasks: list):
+    """s07's files as create writes them, without waiting for an fsync per task."""
+    folder.mkdir()
+    for task in tasks:
+        (folder / f"task_{task['id']}.json").write_text(
+            json.dumps(task, indent=2, ensure_ascii=False) + "\n")
+    (folder / ".board.json").write_text(json.dumps({"generation": 1, "last_id": len(tasks)}))
+    return s07.TaskBoard(folder)
+
+
+class SqliteBoard:
+    """A reference board: the same operations on SQLite in WAL mode, synchronous=FULL."""
+
+    def __init__(self, path: Path, tasks: list):
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(
+            "CREATE TABLE tasks (id INTEGER PRIMARY KEY, subject TEXT, description TEXT,"
+            " status TEXT, owner TEXT, created_at TEXT, updated_at TEXT);"
+            "CREATE TABLE edges (task INTEGER, blocker INTEGER, PRIMARY KEY (task, blocker));"
+            "CREATE INDEX edges_by_blocker ON edges (blocker);"
+            "CREATE INDEX tasks_by_status ON tasks (status, owner);")
+        self.db.execute("BEGIN")
+        self.db.executemany("INSERT INTO tasks VALUES (?, ?, ?, ?, ?, ?, ?)", [
+            (t["id"], t["subject"], t["description"], t["status"], t["owner"], t["created_at"],
+             t["updated_at"]) for t in tasks])
+        self.db.executemany("INSERT INTO edges VALUES (?, ?)",
+                            [(t["id"], b) for t in tasks for b in t["blockedBy"]])
+        self.db.execute("COMMIT")
+
+    def get(self, task_id: int) -> dict:
+        row = self.db.execute("SELECT * FROM tasks WHERE id = ?", (task_id,)).fetchone()
+        task = dict(zip(("id", "subject", "description", "status", "owner", "created_at",
+                         "updated_at"), row))
+        task["blockedBy"] = [b for (b,) in self.db.execute(
+            "SELECT blocker FROM edges WHERE task = ? ORDER BY blocker", (task_id,))]
+        task["blocks"] = [t for (t,) in self.db.execute(
+            "SELECT task FROM edges WHERE blocker = ? ORDER BY task", (task_id,))]
+        return task
+
+    def ready(self) -> list:
+        return [i for (i,) in self.db.execute(
+            "SELECT id FROM tasks t WHERE status = 'pending' AND owner = '' AND NOT EXISTS ("
+            " SELECT 1 FROM edges e JOIN tasks b ON b.id = e.blocker"
+            " WHERE e.task = t.id AND b.status != 'completed') ORDER BY id")]
+
+    def update(self, task_id: int, status: str) -> list:
+        self.db.execute("BEGIN IMMEDIATE")
+        self.db.execute("UPDATE tasks SET status = ?, updated_at = ? WHERE id = ?",
+                        (status, s07.utc_now(), task_id))
+        unblocked = [i for (i,) in self.db.execute(
+            "SELECT t.id FROM edges d JOIN tasks t ON t.id = d.task WHERE d.blocker = ?"
+            " AND t.status = 'pending' AND NOT EXISTS (SELECT 1 FROM edges e JOIN tasks b"
+            " ON b.id = e.blocker WHERE e.task = t.id AND b.status != 'completed')",
+            (task_id,))]
+        self.db.execute("COMMIT")
+        return unblocked
+
+    def create(self, subject: str, blocked_by: list) -> int:
+        self.db.execute("BEGIN IMMEDIATE")
+        cursor = self.db.execute(
+            "INSERT INTO tasks (subject, description, status, owner, created_at, updated_at)"
+            " VALUES (?, '', 'pending', '', ?, ?)", (subject, s07.utc_now(), s07.utc_now()))
+        self.db.executemany("INSERT INTO edges VALUES (?, ?)",
+                            [(cursor.lastrowid, b) for b in blocked_by])
+        self.db.execute("COMMIT")
+        return cursor.lastrowid
+
+
+def fsync_floor(folder: Path, repeat: int = 50) -> float:
+    """Median ms to write a task-sized file, fsync it and rename it into place."""
+    data = json.dumps(plan(1)[0], indent=2).encode()
     times = []
     for n in range(repeat):
-        path = folder / f"fsync_probe_{n}"
-        with open(path, "xb") as file:
+        temp = folder / f".probe_{n}.tmp"
+        start = time.perf_counter()
+        with open(temp, "xb") as file:
             file.write(data)
             file.flush()
-            start = time.perf_counter()
             os.fsync(file.fileno())
-            times.append((time.perf_counter() - start) * 1000)
-        path.unlink()
+        os.replace(temp, folder / "probe.json")
+        times.append((time.perf_counter() - start) * 1000)
     return statistics.median(times)
 
 
-def timed(call, repeat: int) -> tuple:
-    """(median wall ms, median lock-held ms) of `call`."""
-    walls, held = [], []
+def median_ms(call, repeat: int) -> float:
+    times = []
     for _ in range(repeat):
-        HELD.clear()
         start = time.perf_counter()
         call()
-        walls.append((time.perf_counter() - start) * 1000)
-        held.append(sum(HELD) * 1000)
-    return statistics.median(walls), statistics.median(held)
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
 
 
-def complete_and_reopen(board) -> None:
+def measure(folder: Path, count: int, repeat: int) -> dict:
+    tasks = plan(count)
+    board = build_files(folder / f"board-{count}", tasks)
+    lite = SqliteBoard(folder / f"board-{count}.sqlite", tasks)
+    some = random.Random(count).sample(range(1, count + 1), k=min(count, 50))
+    board.ready()  # the reader's first look reads and checks everything once
     assert board.update(1, status="completed")["unblocked"] == list(range(2, 12))
-    s07.file_lock = ORIGINAL_LOCK  # the reopening is not measured
     board.update(1, status="pending")
-    s07.file_lock = timed_lock(ORIGINAL_LOCK)
+    assert lite.update(1, "completed") == list(range(2, 12))
+    lite.update(1, "pending")
+    picks = iter(some * repeat)
 
-
-def create_many(tasks_dir: str, count: int, gate, results) -> None:
-    board = s07.TaskBoard(Path(tasks_dir))
-    gate.wait()
-    results.put([board.create(f"task {n}")["id"] for n in range(count)])
-
-
-def creates_per_second(processes: int, per_process: int) -> float:
-    context = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-    with tempfile.TemporaryDirectory() as folder:
-        gate, results = context.Barrier(processes + 1), context.Queue()
-        procs = [
-            context.Process(target=create_many, args=(folder, per_process, gate, results))
-            for _ in range(processes)
-        ]
-        for proc in procs:
-            proc.start()
-        gate.wait()
+    def complete_and_reopen(target):
         start = time.perf_counter()
-        ids = [i for _ in procs for i in results.get(timeout=300)]
-        elapsed = time.perf_counter() - start
-        for proc in procs:
-            proc.join()
-        assert sorted(ids) == list(range(1, len(ids) + 1)), "every id handed out exactly once"
-    return len(ids) / elapsed
+        target(1, "completed")
+        took = (time.perf_counter() - start) * 1000
+        target(1, "pending")
+        return took
+
+    def s07_update(task_id, status):
+        return board.update(task_id, status=status)
+
+    row = {
+        "get": median_ms(lambda: board.get(next(picks)), repeat * 4),
+        "ready": median_ms(board.ready, repeat * 4),
+        "update": statistics.median(complete_and_reopen(s07_update) for _ in range(repeat)),
+        "create": median_ms(lambda: board.create("One more", blocked_by=[count]), repeat),
+        "sqlite get": median_ms(lambda: lite.get(next(picks)), repeat * 4),
+        "sqlite ready": median_ms(lite.ready, repeat * 4),
+        "sqlite update": statistics.median(complete_and_reopen(lite.update)
+                                           for _ in range(repeat)),
+        "sqlite create": median_ms(lambda: lite.create("One more", [count]), repeat),
+    }
+    lite.db.close()
+    return row
 
 
-ORIGINAL_LOCK = s07.file_lock
-
-
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=2000)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000])
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args()
-    print(f"python {platform.python_version()} on {platform.system()}, {os.cpu_count()} cores")
-    with tempfile.TemporaryDirectory() as folder:
-        fsync = fsync_ms(Path(folder))
-        print(f"fsync of a small file: {fsync:.2f} ms (median of 50); figures below also in fsyncs")
-        board = build_board(Path(folder) / ".tasks", args.tasks)
-        s07.file_lock = timed_lock(ORIGINAL_LOCK)
-        rows = [
-            ("tasks() (read all, no lock)", timed(board.tasks, args.repeat)),
-            ("ready() (no lock)", timed(board.ready, args.repeat)),
-            ("get(500) (no lock)", timed(lambda: board.get(500), args.repeat)),
-            (
-                "update: a subject",
-                timed(
-                    lambda: board.update(500, subject=f"Renamed {time.perf_counter()}"), args.repeat
-                ),
-            ),
-            (
-                "update: pending -> in_progress",
-                timed(lambda: board.update(12, status="in_progress"), 1),
-            ),
-            (
-                "complete + reopen, 10 dependents (2 updates)",
-                timed(lambda: complete_and_reopen(board), args.repeat),
-            ),
-            (
-                "update: add an edge (cycle check)",
-                timed(lambda: board.update(args.tasks, add_blocked_by=[13]), 1),
-            ),
-            ("create", timed(lambda: board.create("One more"), args.repeat)),
-        ]
-        s07.file_lock = ORIGINAL_LOCK
-    print(f"board of {args.tasks} tasks (one JSON file each); median of {args.repeat} runs")
-    print(f"  {'operation':<44} {'wall':>9} {'fsyncs':>7} {'lock held':>10} {'fsyncs':>7}")
-    for label, (wall, held) in rows:
-        print(
-            f"  {label:<44} {wall:6.2f} ms {wall / fsync:7.1f} {held:7.2f} ms {held / fsync:7.1f}"
-        )
-    print("creates per second, every id distinct (a create writes two files: two fsyncs):")
-    for processes in (1, 8):
-        rate = creates_per_second(processes, 400 // processes)
-        share = rate * fsync / 1000
-        print(
-            f"  {processes} process{'es' if processes > 1 else '':<3} {rate:10.0f} /s"
-            f"  = {share:.2f} x 1/fsync (one create per {1 / share:.0f} fsyncs)"
-        )
+    print(f"python {platform.python_version()}, sqlite {sqlite3.sqlite_version} on "
+          f"{platform.system()}, {os.cpu_count()} cores")
+    with tempfile.TemporaryDirectory(prefix="bench-s07-", dir=Path.cwd()) as root:
+        folder = Path(root)
+        floor = fsync_floor(folder)
+        print(f"fsync floor (a task file written, fsynced, renamed): {floor:.2f} ms")
+        rows = {count: measure(folder, count, args.repeat) for count in args.sizes}
+    ops = ("get", "ready", "update", "create")
+    print(f"\nmedian ms per operation; s07 / SQLite; writes also in fsync floors")
+    print(f"  {'tasks':>6}  " + "  ".join(f"{op:>24}" for op in ops))
+    for count, row in rows.items():
+        cells = []
+        for op in ops:
+            cell = f"{row[op]:7.3f} / {row['sqlite ' + op]:7.3f}"
+            cell += f" ={row[op] / row['sqlite ' + op]:5.1f}x"
+            cells.append(cell)
+        print(f"  {count:>6}  " + "  ".join(f"{c:>24}" for c in cells))
+    for count, row in rows.items():
+        print(f"  {count:>6}  update = {row['update'] / floor:.2f} fsync floors, create = "
+              f"{row['create'] / floor:.2f} (SQLite: {row['sqlite update'] / floor:.2f}, "
+              f"{row['sqlite create'] / floor:.2f})")
+    if 1000 in rows and 10000 in rows:
+        print("growth exponent 1k -> 10k, log10(t_10k / t_1k) (0 flat, 1 linear):")
+        for op in ops:
+            mine = math.log10(rows[10000][op] / rows[1000][op])
+            theirs = math.log10(rows[10000]["sqlite " + op] / rows[1000]["sqlite " + op])
+            print(f"  {op:>7}  s07 {mine:5.2f}   SQLite {theirs:5.2f}")
+    return 0
 
 
 if __name__ == "__main__":

@@ -2,17 +2,18 @@
 
 Run from the repository root:  python tests/bench/bench_s11.py [--tasks 200] [--task-ms 50]
 
-For 1, 2, 4 and 8 worker processes (forked, so the SDK is imported once), each running s11's
-AutonomousAgent against the local stand-in with a scripted model that finishes each task in one
-call, on a 200-task DAG (8 roots, then tasks waiting for 0-3 of the 30 before them), measures:
-- wall time until the whole DAG is completed, twice: trivial tasks, and tasks whose model call
-  takes --task-ms (a stand-in for model latency; it costs no CPU);
+For 2, 4 and 8 worker processes (--workers; forked, so the SDK is imported once), each running
+s11's AutonomousAgent against the local stand-in with a scripted model that finishes each task in
+one call, on a 200-task DAG (8 roots, then tasks waiting for 0-3 of the 30 before them), measures:
+- wall time until the whole DAG is completed, for tasks whose model call takes --task-ms (a
+  stand-in for model latency; it costs no CPU), and with --trivial for tasks that take none;
 - for the slow tasks, the bound no schedule can beat: max(longest dependency chain, tasks /
   workers) x task time, and how far the run is from it;
 - how long the board lock is held per task (every claim, renewal, finish), and how busy it was;
 - what one fsync costs on this machine: s11's own atomic write of a task file (write, fsync,
   rename), so the lock's hold can be read as a number of such writes, whatever the disk.
-Readers (tasks(), ready()) take no lock in s07's design, so only changes are counted.
+Readers (tasks(), ready()) take no lock in s07's design, so only changes - a worker's pick and
+claim, its renewals, its finish - are counted.
 Everything runs in a temporary folder. POSIX only (fork and flock).
 """
 
@@ -36,9 +37,7 @@ sys.path.insert(0, str(AGENTS))
 from offline import CacheLedger, StandIn  # noqa: E402
 
 MODEL_SECONDS = {"value": 0.0}
-POLL = (
-    os.getenv("POLL_SECONDS") or "0.05"
-)  # how often an idle worker looks at the board again (default 1 s)
+POLL = os.getenv("POLL_SECONDS") or "1"  # the step's default: a change wakes an idle worker at once
 
 
 def finish_at_once(request: dict) -> list:
@@ -92,8 +91,8 @@ def worker(s11, url: str, root: str, name: str, gate, results) -> None:
     original = s11.file_lock
 
     @contextlib.contextmanager
-    def timed_lock(path):
-        with original(path):
+    def timed_lock(path, *folders):
+        with original(path, *folders):
             start = time.perf_counter()
             try:
                 yield
@@ -160,6 +159,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument("--task-ms", type=float, default=50)
+    parser.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8])
+    parser.add_argument("--trivial", action="store_true", help="also run tasks that take no time")
     args = parser.parse_args()
     if not hasattr(os, "fork"):
         sys.exit("this benchmark forks its workers: run it on Linux or macOS")
@@ -176,7 +177,7 @@ def main() -> int:
             f"one fsync'd write (s11's write_atomic of a task file): {1000 * fsync:.2f} ms"
             " (median of 50); 'lock held/task' is also given in such writes"
         )
-        for task_seconds in (0.0, args.task_ms / 1000):
+        for task_seconds in ((0.0,) if args.trivial else ()) + (args.task_ms / 1000,):
             MODEL_SECONDS["value"] = task_seconds
             label = "trivial tasks" if not task_seconds else f"{args.task_ms:g} ms per task"
             print(f"{args.tasks}-task DAG, {label}:")
@@ -184,7 +185,7 @@ def main() -> int:
                 "  workers    wall  lock held/task  (writes)  longest hold  lock busy"
                 + ("  bound   wall/bound" * bool(task_seconds))
             )
-            for processes in (1, 2, 4, 8):
+            for processes in args.workers:
                 r = run(s11, server.url, processes, args.tasks)
                 line = (
                     f"  {processes:>7} {r['wall']:6.2f}s {r['held_per_task_ms']:11.2f}"
