@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -262,6 +263,74 @@ def run_step(standin, workdir):
             env=full_env,
             timeout=timeout,
         )
+
+    return run
+
+
+CONFIG_VARIABLES = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "MODEL_ID")
+
+
+def import_fresh(path: Path, folder: Path, monkeypatch, env: dict):
+    """The script at `path` imported as a fresh module from `folder`, the way `python path` in
+    that folder starts: its configuration variables are `env`'s (None or absent: unset), and
+    whatever its configuration puts into os.environ (a .env) is undone after the test."""
+    monkeypatch.chdir(folder)
+    for key in CONFIG_VARIABLES:
+        monkeypatch.setenv(key, "")  # remembered as it was, so the undo removes a dotenv value
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, value)
+    spec = importlib.util.spec_from_file_location(f"fresh_{uuid.uuid4().hex}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def piped_input(text: str):
+    """input() as it behaves on a piped stdin holding `text`: it writes the prompt, returns the
+    next line without echoing it, and raises EOFError at the end."""
+    lines = deque(text.splitlines())
+
+    def read(prompt: str = "") -> str:
+        sys.stdout.write(prompt)
+        sys.stdout.flush()
+        if not lines:
+            raise EOFError
+        return lines.popleft()
+
+    return read
+
+
+@pytest.fixture
+def run_in_process(standin, workdir, monkeypatch, capsys):
+    """`run_step`'s twin for runs where a process adds nothing: `python agents/<name>.py ARGS`
+    with `stdin` piped in, as the script's main() in this process (a fresh import, argv, cwd and
+    environment patched; a value of None in `env` removes a variable; keyed=False: no key and no
+    stand-in, as a learner without a key). Returns a CompletedProcess: the exit code main()
+    gave, and what it printed. Keep subprocesses for what needs a process: the REPL as typed at
+    a terminal, Ctrl-C, --worker, a copy of a script alone."""
+
+    def run(name: str, stdin: str = "", args=(), env=None, cwd=None, keyed=True):
+        script = AGENTS / f"{name}.py"
+        base = {"ANTHROPIC_BASE_URL": standin.url, "ANTHROPIC_API_KEY": "test-key"}
+        module = import_fresh(script, cwd or workdir, monkeypatch, {
+            **(base if keyed else {}), **(env or {})})
+        monkeypatch.setattr(sys, "argv", [str(script), *args])
+        monkeypatch.setattr("builtins.input", piped_input(stdin))
+        capsys.readouterr()  # what came before is not this run's
+        code = 0
+        try:
+            module.main()
+        except SystemExit as stopped:
+            code = stopped.code
+        printed = capsys.readouterr()
+        err = printed.err
+        if isinstance(code, str):  # as the interpreter does with SystemExit("message")
+            err, code = err + code + "\n", 1
+        return subprocess.CompletedProcess(sys.argv, code or 0, printed.out, err)
 
     return run
 

@@ -1,18 +1,16 @@
 """s02: the file tools, streaming, caching, and how the loop survives bad input, every reply shape
 the API documents, broken endpoints, Ctrl-C and failed writes."""
 
-import importlib.util
 import os
 import shutil
 import signal
 import sys
 import threading
 import time
-import uuid
 
 import pytest
 
-from conftest import AGENTS, replay_a_quirk, wait_until
+from conftest import AGENTS, import_fresh, replay_a_quirk, wait_until
 from offline import QUIRKS, ScriptedModel, latest_results, reply, tool_use
 
 STEP = "s02_tool_use"
@@ -134,23 +132,6 @@ def test_broken_replies_are_one_line_and_the_repl_goes_on(
         texts(standin.requests[-1]["messages"][0])[1],
     ]
     assert texts(standin.requests[-1]["messages"][0])[1].startswith("[not answered: ")
-
-
-def import_fresh(path, folder, monkeypatch, env: dict):
-    """The script at `path` imported as a fresh module from `folder`, the way `python path` in
-    that folder starts: its environment is `env` on top of the test's (None removes a variable),
-    and whatever its configuration puts into os.environ (the .env) is undone after the test."""
-    monkeypatch.chdir(folder)
-    for key in ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "MODEL_ID"):
-        monkeypatch.setenv(key, "")  # remembered as it was, so the undo removes a dotenv value
-        monkeypatch.delenv(key)
-    for key, value in env.items():
-        if value is not None:
-            monkeypatch.setenv(key, value)
-    spec = importlib.util.spec_from_file_location(f"fresh_{uuid.uuid4().hex}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def run_main(module, monkeypatch, type_lines, *lines: str, argv=()):
