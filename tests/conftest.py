@@ -305,7 +305,7 @@ def piped_input(text: str):
 
 
 @pytest.fixture
-def run_in_process(standin, workdir, monkeypatch, capsys):
+def run_in_process(standin, request, monkeypatch, capsys):
     """`run_step`'s twin for runs where a process adds nothing: `python agents/<name>.py ARGS`
     with `stdin` piped in, as the script's main() in this process (a fresh import, argv, cwd and
     environment patched; a value of None in `env` removes a variable; keyed=False: no key and no
@@ -316,7 +316,8 @@ def run_in_process(standin, workdir, monkeypatch, capsys):
     def run(name: str, stdin: str = "", args=(), env=None, cwd=None, keyed=True):
         script = AGENTS / f"{name}.py"
         base = {"ANTHROPIC_BASE_URL": standin.url, "ANTHROPIC_API_KEY": "test-key"}
-        module = import_fresh(script, cwd or workdir, monkeypatch, {
+        folder = cwd or request.getfixturevalue("workdir")  # made only when it is the one
+        module = import_fresh(script, folder, monkeypatch, {
             **(base if keyed else {}), **(env or {})})
         monkeypatch.setattr(sys, "argv", [str(script), *args])
         monkeypatch.setattr("builtins.input", piped_input(stdin))
