@@ -10,6 +10,8 @@ No test talks to the internet: every ANTHROPIC_* variable is removed, and the SD
 config folder points into a temp folder.
 """
 
+import functools
+import importlib
 import importlib.util
 import json
 import multiprocessing
@@ -39,6 +41,38 @@ sys.path.insert(0, str(AGENTS))  # so tests can `import offline`
 from offline import StandIn, scripted_input  # noqa: E402
 
 STEPS = sorted(p.stem for p in AGENTS.glob("s[0-9][0-9]_*.py"))
+
+
+def share_one_tls_context():
+    """Each step makes its SDK client at import, and each client's HTTP transport loads the
+    system's CA certificates into a new TLS context: about 50 ms, paid by every test that imports
+    a step (hundreds). The tests talk plain HTTP to 127.0.0.1, where no context is ever used, so
+    in this process the transports share one context per set of arguments. (A no-op for an HTTP
+    library that builds its context elsewhere: the suite is then only slower.)"""
+    for name in ("httpx2._transports.default", "httpx._transports.default"):
+        try:
+            transports = importlib.import_module(name)
+        except ImportError:
+            continue
+        build = getattr(transports, "create_ssl_context", None)
+        if build is not None and not hasattr(build, "shared"):
+            transports.create_ssl_context = shared_contexts(build)
+
+
+def shared_contexts(build):
+    cached = functools.lru_cache(maxsize=None)(build)
+
+    def create_ssl_context(*args, **kwargs):
+        try:
+            return cached(*args, **kwargs)
+        except TypeError:  # an argument that cannot be a key (a dict): a context of its own
+            return build(*args, **kwargs)
+
+    create_ssl_context.shared = True
+    return create_ssl_context
+
+
+share_one_tls_context()
 
 
 def pytest_configure(config):
