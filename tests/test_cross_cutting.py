@@ -25,6 +25,11 @@ import sys
 import tokenize
 from pathlib import Path
 
+try:
+    import fcntl  # the lock xdist workers share (POSIX)
+except ImportError:
+    fcntl = None
+
 import pytest
 from conftest import AGENTS, REPO, STEPS
 
@@ -423,13 +428,31 @@ for path in sys.argv[2:]:
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
     """`imported(label)`: what importing a step (or, label "sdk", the SDK and dotenv) left: an
-    error, the thread count, files in its folder, and what it printed to stdout and stderr."""
-    root = tmp_path_factory.mktemp("imports")
+    error, the thread count, files in its folder, and what it printed to stdout and stderr.
+    Checked once per test run: the first xdist worker checks under a file lock, in the folder
+    all workers share (as offline_demo does), and the others read what it found."""
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # set in xdist workers only
+    if not (run_id and fcntl):
+        return check_imports(tmp_path_factory.mktemp("imports"), tmp_path_factory)
+    root = tmp_path_factory.getbasetemp().parent / f"imports-{run_id}"
+    with open(root.with_name(root.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # freed if the worker holding it dies
+        if not (root / "done").exists():
+            shutil.rmtree(root, ignore_errors=True)  # what a worker that died left half made
+            root.mkdir()
+            check_imports(root, tmp_path_factory)
+            (root / "done").touch()
+    return check_imports(root, tmp_path_factory, run=False)
+
+
+def check_imports(root: Path, tmp_path_factory, run: bool = True):
+    """Run IMPORT_CHECK into `root` (unless run=False: it ran already); returns `imported`."""
+    paths = [str(AGENTS / f"{step}.py") for step in STEPS]
+    batches = [paths] if hasattr(os, "fork") else [[path] for path in paths]
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
     env.pop("MODEL_ID", None)  # as the autouse offline_env fixture leaves a test's environment
     env["ANTHROPIC_CONFIG_DIR"] = str(tmp_path_factory.mktemp("anthropic-config"))
-    paths = [str(AGENTS / f"{step}.py") for step in STEPS]
-    for batch in [paths] if hasattr(os, "fork") else [[path] for path in paths]:
+    for batch in batches if run else []:
         done = subprocess.run(
             [sys.executable, "-c", IMPORT_CHECK, str(root), *batch],
             cwd=root, env=env, capture_output=True, text=True, timeout=300,
