@@ -270,8 +270,9 @@ def test_help_lists_the_flags_and_an_unknown_flag_is_refused(step, capsys, tmp_p
     assert list(tmp_path.iterdir()) == [], "a refused flag starts nothing"
 
 
-def test_the_flags_as_a_learner_types_them(tmp_path):
-    wrong = play("s01_agent_loop", tmp_path, flags=("--helo",))
+def test_the_flags_as_a_learner_types_them(play_here, tmp_path):
+    """Through the step's own main(), as argv (every demo passes --trace to a real process)."""
+    wrong = play_here("s01_agent_loop", tmp_path, flags=("--helo",))
     assert wrong.returncode == 2 and "unrecognized arguments: --helo" in wrong.stderr
     assert list(tmp_path.iterdir()) == []
 
