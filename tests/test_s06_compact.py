@@ -609,11 +609,12 @@ def test_fuzz_compaction_at_every_point_keeps_requests_valid(agent, capsys, seed
             if before_model_call(events, point):
                 agent.CLEAR_BATCH_TOKENS = rng.choice([0, 0, 500])
                 agent.micro_compact(history)
-            snapshot = json.dumps(history)
-            done = agent.compact(history, "fuzz")  # ...wherever that is
-            if events[point][0] == "reply" and any(
+            between = events[point][0] == "reply" and any(
                 b["type"] == "tool_use" for b in events[point][1]
-            ):
+            )  # a call whose result has not come yet
+            snapshot = json.dumps(history) if between else None
+            done = agent.compact(history, "fuzz")  # ...wherever that is
+            if between:
                 assert (
                     not done and json.dumps(history) == snapshot
                 )  # never between a call and its result
