@@ -1,9 +1,13 @@
-"""Shared test fixtures: the local Messages API and two ways to run a step.
+"""Shared test fixtures: the local Messages API and three ways to run a step.
 
 - `standin`: a fresh stand-in server per test (agents/offline/). Script it with
   `standin.policy = ScriptedModel([...])`; inspect `standin.requests` / `standin.rejected`.
 - `run_step(name, stdin)`: the script as a learner runs it - a subprocess whose
-  ANTHROPIC_BASE_URL is the stand-in - in a fresh working folder.
+  ANTHROPIC_BASE_URL is the stand-in - in a fresh working folder. Each costs a second or two
+  (the SDK's import): keep it for what needs a process (the REPL at a terminal, Ctrl-C,
+  --worker, a copy of a script alone); `offline_demo(step)` runs each demo once per session.
+- `run_in_process(name, stdin)`: the same run as the script's main() in this process (argv,
+  cwd, environment and a piped stdin patched), for everything else end to end.
 - `load_step(name)`: the script imported in-process (cwd = a fresh folder), for unit tests.
 
 No test talks to the internet: every ANTHROPIC_* variable is removed, and the SDK's

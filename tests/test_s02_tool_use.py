@@ -134,6 +134,7 @@ def test_broken_replies_are_one_line_and_the_repl_goes_on(
     assert texts(standin.requests[-1]["messages"][0])[1].startswith("[not answered: ")
 
 
+# -- Configuration and flags, through main() in-process ------------------------------------
 def run_main(module, monkeypatch, type_lines, *lines: str, argv=()):
     """The script's main() as `python script.py ARGV` with `lines` typed; the exit code."""
     monkeypatch.setattr(sys, "argv", [module.__file__, *argv])
