@@ -1,15 +1,21 @@
-"""Shared test fixtures: the local Messages API and two ways to run a step.
+"""Shared test fixtures: the local Messages API and three ways to run a step.
 
 - `standin`: a fresh stand-in server per test (agents/offline/). Script it with
   `standin.policy = ScriptedModel([...])`; inspect `standin.requests` / `standin.rejected`.
 - `run_step(name, stdin)`: the script as a learner runs it - a subprocess whose
-  ANTHROPIC_BASE_URL is the stand-in - in a fresh working folder.
+  ANTHROPIC_BASE_URL is the stand-in - in a fresh working folder. Each costs a second or two
+  (the SDK's import): keep it for what needs a process (the REPL at a terminal, Ctrl-C,
+  --worker, a copy of a script alone); `offline_demo(step)` runs each demo once per session.
+- `run_in_process(name, stdin)`: the same run as the script's main() in this process (argv,
+  cwd, environment and a piped stdin patched), for everything else end to end.
 - `load_step(name)`: the script imported in-process (cwd = a fresh folder), for unit tests.
 
 No test talks to the internet: every ANTHROPIC_* variable is removed, and the SDK's
 config folder points into a temp folder.
 """
 
+import functools
+import importlib
 import importlib.util
 import json
 import multiprocessing
@@ -20,6 +26,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +45,38 @@ sys.path.insert(0, str(AGENTS))  # so tests can `import offline`
 from offline import StandIn, scripted_input  # noqa: E402
 
 STEPS = sorted(p.stem for p in AGENTS.glob("s[0-9][0-9]_*.py"))
+
+
+def share_one_tls_context():
+    """Each step makes its SDK client at import, and each client's HTTP transport loads the
+    system's CA certificates into a new TLS context: about 50 ms, paid by every test that imports
+    a step (hundreds). The tests talk plain HTTP to 127.0.0.1, where no context is ever used, so
+    in this process the transports share one context per set of arguments. (A no-op for an HTTP
+    library that builds its context elsewhere: the suite is then only slower.)"""
+    for name in ("httpx2._transports.default", "httpx._transports.default"):
+        try:
+            transports = importlib.import_module(name)
+        except ImportError:
+            continue
+        build = getattr(transports, "create_ssl_context", None)
+        if build is not None and not hasattr(build, "shared"):
+            transports.create_ssl_context = shared_contexts(build)
+
+
+def shared_contexts(build):
+    cached = functools.lru_cache(maxsize=None)(build)
+
+    def create_ssl_context(*args, **kwargs):
+        try:
+            return cached(*args, **kwargs)
+        except TypeError:  # an argument that cannot be a key (a dict): a context of its own
+            return build(*args, **kwargs)
+
+    create_ssl_context.shared = True
+    return create_ssl_context
+
+
+share_one_tls_context()
 
 
 def pytest_configure(config):
@@ -262,6 +301,75 @@ def run_step(standin, workdir):
             env=full_env,
             timeout=timeout,
         )
+
+    return run
+
+
+CONFIG_VARIABLES = ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "MODEL_ID")
+
+
+def import_fresh(path: Path, folder: Path, monkeypatch, env: dict):
+    """The script at `path` imported as a fresh module from `folder`, the way `python path` in
+    that folder starts: its configuration variables are `env`'s (None or absent: unset), and
+    whatever its configuration puts into os.environ (a .env) is undone after the test."""
+    monkeypatch.chdir(folder)
+    for key in CONFIG_VARIABLES:
+        monkeypatch.setenv(key, "")  # remembered as it was, so the undo removes a dotenv value
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, value)
+    spec = importlib.util.spec_from_file_location(f"fresh_{uuid.uuid4().hex}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def piped_input(text: str):
+    """input() as it behaves on a piped stdin holding `text`: it writes the prompt, returns the
+    next line without echoing it, and raises EOFError at the end."""
+    lines = deque(text.splitlines())
+
+    def read(prompt: str = "") -> str:
+        sys.stdout.write(prompt)
+        sys.stdout.flush()
+        if not lines:
+            raise EOFError
+        return lines.popleft()
+
+    return read
+
+
+@pytest.fixture
+def run_in_process(standin, request, monkeypatch, capsys):
+    """`run_step`'s twin for runs where a process adds nothing: `python agents/<name>.py ARGS`
+    with `stdin` piped in, as the script's main() in this process (a fresh import, argv, cwd and
+    environment patched; a value of None in `env` removes a variable; keyed=False: no key and no
+    stand-in, as a learner without a key). Returns a CompletedProcess: the exit code main()
+    gave, and what it printed. Keep subprocesses for what needs a process: the REPL as typed at
+    a terminal, Ctrl-C, --worker, a copy of a script alone."""
+
+    def run(name: str, stdin: str = "", args=(), env=None, cwd=None, keyed=True):
+        script = AGENTS / f"{name}.py"
+        base = {"ANTHROPIC_BASE_URL": standin.url, "ANTHROPIC_API_KEY": "test-key"}
+        folder = cwd or request.getfixturevalue("workdir")  # made only when it is the one
+        module = import_fresh(script, folder, monkeypatch, {
+            **(base if keyed else {}), **(env or {})})
+        monkeypatch.setattr(sys, "argv", [str(script), *args])
+        monkeypatch.setattr("builtins.input", piped_input(stdin))
+        capsys.readouterr()  # what came before is not this run's
+        code = 0
+        try:
+            module.main()
+        except SystemExit as stopped:
+            code = stopped.code
+        printed = capsys.readouterr()
+        err = printed.err
+        if isinstance(code, str):  # as the interpreter does with SystemExit("message")
+            err, code = err + code + "\n", 1
+        return subprocess.CompletedProcess(sys.argv, code or 0, printed.out, err)
 
     return run
 

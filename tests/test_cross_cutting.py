@@ -16,6 +16,7 @@
 import ast
 import difflib
 import io
+import json
 import os
 import re
 import shutil
@@ -23,6 +24,11 @@ import subprocess
 import sys
 import tokenize
 from pathlib import Path
+
+try:
+    import fcntl  # the lock xdist workers share (POSIX)
+except ImportError:
+    fcntl = None
 
 import pytest
 from conftest import AGENTS, REPO, STEPS
@@ -383,19 +389,101 @@ def test_env_example_copied_as_it_is_sets_no_key_and_the_default_model():
     assert values == {"ANTHROPIC_API_KEY": "", "MODEL_ID": "claude-sonnet-5-5"}
 
 
+# One process imports what every step imports (the SDK, dotenv) under the checks a step gets, then
+# forks a child per step: each child imports its step from that same start, in an empty folder of
+# its own with stdout and stderr (the file descriptors) going to files of its own, so no step hides
+# another's side effect and none pays the SDK's import again. Without fork: a process per step.
+IMPORT_CHECK = """
+import importlib.util, json, os, sys, threading
+root = sys.argv[1]
+def check(label, load):
+    folder = os.path.join(root, label)
+    os.mkdir(folder)
+    os.chdir(folder)
+    for fd, kind in ((1, "out"), (2, "err")):
+        os.dup2(os.open(os.path.join(root, f"{label}.{kind}"), os.O_WRONLY | os.O_CREAT), fd)
+    try:
+        load()
+        error = None
+    except BaseException as raised:  # SystemExit and KeyboardInterrupt too
+        error = f"{type(raised).__name__}: {raised}"
+    sys.stdout.flush()
+    sys.stderr.flush()
+    found = {"error": error, "threads": threading.active_count(), "left": os.listdir(folder)}
+    with open(os.path.join(root, f"{label}.json"), "w") as record:
+        json.dump(found, record)
+def import_step(path):
+    spec = importlib.util.spec_from_file_location("step", path)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+if hasattr(os, "fork"):
+    check("sdk", lambda: (__import__("anthropic"), __import__("dotenv")))
+for path in sys.argv[2:]:
+    label = os.path.basename(path)[:-3]
+    pid = os.fork() if hasattr(os, "fork") else 0
+    if pid == 0:
+        check(label, lambda: import_step(path))
+        if hasattr(os, "fork"):
+            os._exit(0)
+    else:
+        os.waitpid(pid, 0)
+"""
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    """`imported(label)`: what importing a step (or, label "sdk", the SDK and dotenv) left: an
+    error, the thread count, files in its folder, and what it printed to stdout and stderr.
+    Checked once per test run: the first xdist worker checks under a file lock, in the folder
+    all workers share (as offline_demo does), and the others read what it found."""
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # set in xdist workers only
+    if not (run_id and fcntl):
+        return check_imports(tmp_path_factory.mktemp("imports"), tmp_path_factory)
+    root = tmp_path_factory.getbasetemp().parent / f"imports-{run_id}"
+    with open(root.with_name(root.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # freed if the worker holding it dies
+        if not (root / "done").exists():
+            shutil.rmtree(root, ignore_errors=True)  # what a worker that died left half made
+            root.mkdir()
+            check_imports(root, tmp_path_factory)
+            (root / "done").touch()
+    return check_imports(root, tmp_path_factory, run=False)
+
+
+def check_imports(root: Path, tmp_path_factory, run: bool = True):
+    """Run IMPORT_CHECK into `root` (unless run=False: it ran already); returns `imported`."""
+    paths = [str(AGENTS / f"{step}.py") for step in STEPS]
+    batches = [paths] if hasattr(os, "fork") else [[path] for path in paths]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
+    env.pop("MODEL_ID", None)  # as the autouse offline_env fixture leaves a test's environment
+    env["ANTHROPIC_CONFIG_DIR"] = str(tmp_path_factory.mktemp("anthropic-config"))
+    for batch in batches if run else []:
+        done = subprocess.run(
+            [sys.executable, "-c", IMPORT_CHECK, str(root), *batch],
+            cwd=root, env=env, capture_output=True, text=True, timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
+        assert done.returncode == 0, done.stderr
+
+    def found(label: str) -> dict:
+        record = root / f"{label}.json"
+        assert record.exists(), f"importing {label} did not finish: " + (
+            (root / f"{label}.err").read_text(errors="replace")
+        )
+        result = json.loads(record.read_text())
+        result["stdout"] = (root / f"{label}.out").read_text(errors="replace")
+        result["stderr"] = (root / f"{label}.err").read_text(errors="replace")
+        return result
+
+    return found
+
+
 @pytest.mark.parametrize("step", STEPS)
-def test_import_has_no_side_effects(step, tmp_path):
-    code = (
-        "import importlib.util, sys, threading\n"
-        f"spec = importlib.util.spec_from_file_location('step', {str(AGENTS / (step + '.py'))!r})\n"
-        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
-        "assert threading.active_count() == 1, 'a thread was started on import'\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == "" and list(tmp_path.iterdir()) == []
+def test_import_has_no_side_effects(imported, step):
+    labels = ["sdk", step] if hasattr(os, "fork") else [step]
+    for found in map(imported, labels):
+        assert found["error"] is None, found["error"] + "\n" + found["stderr"]
+        assert found["threads"] == 1, "a thread was started on import"
+        assert found["stdout"] == "" and found["left"] == [], found
 
 
 @pytest.mark.parametrize("step", STEPS)

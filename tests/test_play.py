@@ -35,6 +35,19 @@ def play(step: str, folder, *lines: str, flags=("--play",)) -> subprocess.Comple
     )
 
 
+@pytest.fixture
+def play_here(run_in_process):
+    """play() in this process: the step's main() with the flags as argv, the lines as a piped
+    stdin, no key. For the runs whose subject is play mode itself; the s09 session (teammate
+    threads that outlive a session belong in a process of their own), Ctrl-C and the flags as
+    typed keep a process."""
+
+    def run(step: str, folder, *lines: str, flags=("--play",)) -> subprocess.CompletedProcess:
+        return run_in_process(step, "\n".join(lines) + "\n", args=flags, cwd=folder, keyed=False)
+
+    return run
+
+
 def calls(output: str) -> list:
     """What each model call showed the learner, in order (up to where it asks for the reply)."""
     return [call.split("your reply (")[0] for call in output.split("--- model call ")[1:]]
@@ -47,9 +60,9 @@ def played(done: subprocess.CompletedProcess, answered: int) -> str:
     return done.stdout
 
 
-def test_s01_a_played_call_runs_and_its_output_reaches_the_next_call(tmp_path):
+def test_s01_a_played_call_runs_and_its_output_reaches_the_next_call(play_here, tmp_path):
     out = played(
-        play(
+        play_here(
             "s01_agent_loop",
             tmp_path,
             "which files are here?",
@@ -68,9 +81,9 @@ def test_s01_a_played_call_runs_and_its_output_reaches_the_next_call(tmp_path):
     assert "which files" not in second, "a call shows only what is new since the last one"
 
 
-def test_s02_bad_lines_are_explained_and_the_reply_typed_again(tmp_path):
+def test_s02_bad_lines_are_explained_and_the_reply_typed_again(play_here, tmp_path):
     out = played(
-        play(
+        play_here(
             "s02_tool_use",
             tmp_path,
             "make notes",
@@ -97,18 +110,18 @@ def test_s02_bad_lines_are_explained_and_the_reply_typed_again(tmp_path):
     assert "Done:\n    notes.txt says hi." in out, "the streamed reply came back through the SDK"
 
 
-def test_s03_the_reminder_comes_after_three_replies_without_the_list(tmp_path):
+def test_s03_the_reminder_comes_after_three_replies_without_the_list(play_here, tmp_path):
     lines = ["tidy up", '@todo_write {"action": "add", "task": "tidy"}', ""]
     lines += [line for n in range(3) for line in (f'@bash {{"command": "echo {n}"}}', "")]
-    out = played(play("s03_todo", tmp_path, *lines, "done", ""), answered=5)
+    out = played(play_here("s03_todo", tmp_path, *lines, "done", ""), answered=5)
     shown = calls(out)
     assert not any("<nag-reminder>" in call for call in shown[:4])
     assert "<nag-reminder>" in shown[4] and "tidy" in shown[4]
 
 
-def test_s07_a_played_update_of_a_blocked_task_gets_the_refusal(tmp_path):
+def test_s07_a_played_update_of_a_blocked_task_gets_the_refusal(play_here, tmp_path):
     out = played(
-        play(
+        play_here(
             "s07_task_system",
             tmp_path,
             "plan two steps",
@@ -151,9 +164,9 @@ def test_s09_the_learner_leads_a_scripted_teammate(tmp_path):
     assert "bob - helper" in out
 
 
-def test_play_demo_plays_in_a_fresh_folder_seeded_like_the_demo(tmp_path):
+def test_play_demo_plays_in_a_fresh_folder_seeded_like_the_demo(play_here, tmp_path):
     out = played(
-        play(
+        play_here(
             "s01_agent_loop",
             tmp_path,
             "what is here?",
@@ -169,10 +182,10 @@ def test_play_demo_plays_in_a_fresh_folder_seeded_like_the_demo(tmp_path):
     assert "ended play mode" in out, "the end of the input ends the session cleanly"
 
 
-def test_play_with_trace_writes_the_played_replies(tmp_path):
+def test_play_with_trace_writes_the_played_replies(play_here, tmp_path):
     page = tmp_path / "run.html"
     played(
-        play(
+        play_here(
             "s01_agent_loop",
             tmp_path,
             "hi",
@@ -257,8 +270,9 @@ def test_help_lists_the_flags_and_an_unknown_flag_is_refused(step, capsys, tmp_p
     assert list(tmp_path.iterdir()) == [], "a refused flag starts nothing"
 
 
-def test_the_flags_as_a_learner_types_them(tmp_path):
-    wrong = play("s01_agent_loop", tmp_path, flags=("--helo",))
+def test_the_flags_as_a_learner_types_them(play_here, tmp_path):
+    """Through the step's own main(), as argv (every demo passes --trace to a real process)."""
+    wrong = play_here("s01_agent_loop", tmp_path, flags=("--helo",))
     assert wrong.returncode == 2 and "unrecognized arguments: --helo" in wrong.stderr
     assert list(tmp_path.iterdir()) == []
 

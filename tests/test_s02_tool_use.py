@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import AGENTS, replay_a_quirk, wait_until
+from conftest import AGENTS, import_fresh, replay_a_quirk, wait_until
 from offline import QUIRKS, ScriptedModel, latest_results, reply, tool_use
 
 STEP = "s02_tool_use"
@@ -35,7 +35,13 @@ def texts(message: dict) -> list:
 
 
 # -- End to end, as a learner runs it ------------------------------------------------
-def test_subprocess_run_streams_writes_and_answers(run_step, standin, workdir):
+def test_subprocess_session_streams_writes_and_survives_every_reply_shape(
+    run_step, standin, workdir
+):
+    """One session as a learner types it: a streamed answer that writes a file and reads it
+    back; then empty replies, a refusal, cut-offs and a pause: each is one line, the REPL goes on
+    and every later request is still valid (today's main got stuck after the first empty reply)."""
+    refusal = {"type": "refusal", "category": "cyber", "explanation": "This request was declined."}
     standin.policy = ScriptedModel(
         [
             [
@@ -44,29 +50,6 @@ def test_subprocess_run_streams_writes_and_answers(run_step, standin, workdir):
             ],
             [tool_use("bash", {"command": "cat out/hello.txt"})],
             ["All done: the file says hi."],
-        ]
-    )
-    done = run_step(STEP, "write the file\n")
-    assert done.returncode == 0, done.stderr
-    assert (workdir / "out" / "hello.txt").read_text() == "hi there\n"
-    assert (
-        "s02 >> Writing it now.\n> write_file:" in done.stdout
-    )  # streamed text, then the call once complete
-    assert "All done: the file says hi." in done.stdout
-    assert done.stderr == ""  # no SDK warnings on a normal run
-    assert len(standin.requests) == 3 and standin.rejected == []
-    assert all(
-        r["stream"] is True and r["cache_control"] == {"type": "ephemeral"}
-        for r in standin.requests
-    )
-
-
-def test_subprocess_session_survives_every_reply_shape(run_step, standin):
-    """Empty replies, a refusal, cut-offs and a pause: each is one line, the REPL goes on and
-    every later request is still valid (today's main got stuck after the first empty reply)."""
-    refusal = {"type": "refusal", "category": "cyber", "explanation": "This request was declined."}
-    standin.policy = ScriptedModel(
-        [
             reply([]),  # "say hi": an empty end_turn
             [
                 "hi \udc00 there"
@@ -80,6 +63,7 @@ def test_subprocess_session_survives_every_reply_shape(run_step, standin):
         ]
     )
     lines = [
+        "write the file",
         "",
         "/help",
         "say hi",
@@ -94,7 +78,17 @@ def test_subprocess_session_survives_every_reply_shape(run_step, standin):
     ]
     done = run_step(STEP, "\n".join(lines) + "\n")
     out = done.stdout
-    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # no SDK warnings, no traceback
+    assert (workdir / "out" / "hello.txt").read_text() == "hi there\n"
+    assert (
+        "s02 >> Writing it now.\n> write_file:" in out
+    )  # streamed text, then the call once complete
+    assert "All done: the file says hi." in out
+    assert all(
+        r["stream"] is True and r["cache_control"] == {"type": "ephemeral"}
+        for r in standin.requests
+    )
     assert "Commands: /help, q or exit (quit)" in out
     assert "[the model sent an empty reply; tell it how to go on]" in out
     assert "hi \\udc00 there" in out  # printed, not a crash
@@ -103,7 +97,7 @@ def test_subprocess_session_survives_every_reply_shape(run_step, standin):
     assert "paused this turn (pause_turn)" in out and "the context window is full" in out
     assert "s02 >> still here" in out
     assert (
-        standin.rejected == [] and len(standin.requests) == 8
+        standin.rejected == [] and len(standin.requests) == 11
     )  # the empty line and /help sent nothing
     last = standin.requests[-1]["messages"]
     assert "hi ? there" in str(last)  # the history keeps a sendable copy of the text
@@ -111,7 +105,7 @@ def test_subprocess_session_survives_every_reply_shape(run_step, standin):
     after = texts(refused)[texts(refused).index("break in") + 1]
     assert after.startswith("[not answered: the model declined")
     assert "Sure, here is how to" not in str(last)  # the refused reply is not kept
-    cut = [m for m in last if m["role"] == "user" and latest_results({"messages": [m]})][0]
+    cut = [m for m in last if m["role"] == "user" and latest_results({"messages": [m]})][-1]
     assert latest_results({"messages": [cut]})[0]["content"].startswith(
         "Error: cut off at max_tokens"
     )
@@ -140,49 +134,65 @@ def test_broken_replies_are_one_line_and_the_repl_goes_on(
     assert texts(standin.requests[-1]["messages"][0])[1].startswith("[not answered: ")
 
 
-def test_dotenv_in_current_folder_is_read_and_shell_wins(run_step, standin, workdir):
+# -- Configuration and flags, through main() in-process ------------------------------------
+def run_main(module, monkeypatch, type_lines, *lines: str, argv=()):
+    """The script's main() as `python script.py ARGV` with `lines` typed; the exit code."""
+    monkeypatch.setattr(sys, "argv", [module.__file__, *argv])
+    type_lines(*lines)
+    try:
+        module.main()
+    except SystemExit as stopped:
+        return stopped.code
+    return 0
+
+
+def test_dotenv_in_current_folder_is_read_and_shell_wins(
+    standin, workdir, monkeypatch, type_lines, capsys
+):
     (workdir / ".env").write_text(
         f"ANTHROPIC_BASE_URL={standin.url}\nANTHROPIC_API_KEY=from-dotenv\n"
         "MODEL_ID=model-from-dotenv\n"
     )
     standin.policy = ScriptedModel([["hello"]])
-    done = run_step(
-        STEP,
-        "hi\n",
-        env={"ANTHROPIC_BASE_URL": None, "ANTHROPIC_API_KEY": None, "MODEL_ID": "model-from-shell"},
+    agent = import_fresh(
+        AGENTS / f"{STEP}.py", workdir, monkeypatch, {"MODEL_ID": "model-from-shell"}
     )
-    assert done.returncode == 0, done.stderr
-    assert "hello" in done.stdout
+    assert run_main(agent, monkeypatch, type_lines, "hi") == 0
+    assert "hello" in capsys.readouterr().out
     assert standin.requests[0]["model"] == "model-from-shell"
 
 
-def test_auth_token_is_enough(run_step, standin):
+def test_auth_token_is_enough(standin, workdir, monkeypatch, type_lines, capsys):
     standin.policy = ScriptedModel([["token accepted"]])
-    done = run_step(STEP, "hi\n", env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_AUTH_TOKEN": "tok"})
-    assert done.returncode == 0, done.stderr
-    assert "token accepted" in done.stdout and done.stderr == ""
+    env = {"ANTHROPIC_BASE_URL": standin.url, "ANTHROPIC_AUTH_TOKEN": "tok"}
+    agent = import_fresh(AGENTS / f"{STEP}.py", workdir, monkeypatch, env)
+    assert agent.client is not None, "a token alone must make a client"
+    assert run_main(agent, monkeypatch, type_lines, "hi") == 0
+    done = capsys.readouterr()
+    assert "token accepted" in done.out and done.err == ""
 
 
-def test_standalone_copy_runs_with_a_key_and_explains_without_one(run_step, standin, tmp_path):
+def test_standalone_copy_runs_with_a_key_and_explains_without_one(
+    standin, tmp_path, monkeypatch, type_lines, capsys
+):
+    """s01's test runs its copy as a process; here the same main() in-process: the copy is
+    imported from its own folder, and `import offline` fails as it does with nothing beside it."""
     alone = tmp_path / "alone"
     alone.mkdir()
     shutil.copy(AGENTS / f"{STEP}.py", alone / "agent.py")
+    monkeypatch.setitem(sys.modules, "offline", None)  # import offline -> ImportError
     standin.policy = ScriptedModel(
         [[tool_use("write_file", {"path": "x.txt", "content": "x"})], ["ok"]]
     )
-    done = run_step(STEP, "go\n", script=alone / "agent.py", cwd=alone)
-    assert done.returncode == 0, done.stderr
-    assert (alone / "x.txt").read_text() == "x" and "ok" in done.stdout
-    keyless = run_step(
-        STEP,
-        "",
-        script=alone / "agent.py",
-        cwd=alone,
-        env={"ANTHROPIC_API_KEY": None, "ANTHROPIC_BASE_URL": None},
-    )
-    assert keyless.returncode != 0
-    assert "ANTHROPIC_API_KEY" in keyless.stderr and "agents/offline" in keyless.stderr
-    assert "ANTHROPIC_AUTH_TOKEN" in keyless.stderr  # either credential works
+    env = {"ANTHROPIC_BASE_URL": standin.url, "ANTHROPIC_API_KEY": "test-key"}
+    agent = import_fresh(alone / "agent.py", alone, monkeypatch, env)
+    assert run_main(agent, monkeypatch, type_lines, "go") == 0
+    assert (alone / "x.txt").read_text() == "x" and "ok" in capsys.readouterr().out
+    keyless = import_fresh(alone / "agent.py", alone, monkeypatch, {})
+    explained = run_main(keyless, monkeypatch, type_lines)
+    assert isinstance(explained, str)  # SystemExit with a message: exit code 1, said on stderr
+    assert "ANTHROPIC_API_KEY" in explained and "agents/offline" in explained
+    assert "ANTHROPIC_AUTH_TOKEN" in explained  # either credential works
 
 
 def test_offline_demo_shows_every_tool_and_a_recovered_error(offline_demo):
@@ -198,10 +208,16 @@ def test_offline_demo_shows_every_tool_and_a_recovered_error(offline_demo):
     assert "Commands: /help" in done.stdout
 
 
-def test_demo_flag_forces_offline_with_a_key(run_step, standin):
-    done = run_step(STEP, args=["--demo"])
-    assert done.returncode == 0, done.stderr
-    assert "OFFLINE DEMO" in done.stdout
+def test_demo_flag_forces_offline_with_a_key(load_step, standin, monkeypatch, type_lines):
+    """With a key, --demo still takes the offline demo's road (the demo itself: offline_demo)."""
+    import offline.entry
+
+    agent = load_step(STEP)
+    taken = []
+    monkeypatch.setattr(offline.entry, "run_demo", lambda *args: taken.append(args) or 0)
+    assert agent.client is not None
+    assert run_main(agent, monkeypatch, type_lines, argv=["--demo"]) == 0
+    assert taken == [(agent.__file__, None)]
     assert standin.requests == []  # the configured endpoint was not used
 
 
@@ -703,32 +719,34 @@ def test_an_exception_without_a_message_still_explains_itself(load_step):
     assert result["is_error"] and result["content"] == "Error: ValueError"
 
 
-def test_a_write_that_runs_out_of_space_leaves_the_file_as_it_was(tmp_path):
-    """A file-size limit stands in for a full disk: the write raises, the target is unchanged."""
-    script = f"""
-import resource, signal, sys
-sys.path.insert(0, {str(AGENTS)!r})
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-import s02_tool_use as agent
-from pathlib import Path
-target = Path({str(tmp_path)!r}) / "doc.txt"
-target.write_text("old\\n" * 2500)
-resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
-try:
-    agent.write_atomic(target, "new\\n" * 7500)
-except OSError as error:
-    print("raised", error.errno)
-print(len(target.read_text()), sorted(p.name for p in target.parent.iterdir()))
-"""
-    import subprocess
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="a file-size limit in a forked child")
+def test_a_write_that_runs_out_of_space_leaves_the_file_as_it_was(load_step, workdir):
+    """A file-size limit stands in for a full disk: the write raises, the target is unchanged.
+    The limit is set in a forked child, so this test process keeps writing freely."""
+    import resource
 
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    assert "raised" in done.stdout
-    assert "10000 ['doc.txt']" in done.stdout  # old content, no temp file left
-
+    agent = load_step(STEP)
+    target = workdir / "doc.txt"
+    target.write_text("old\n" * 2500)
+    report = workdir.parent / "report.txt"
+    pid = os.fork()
+    if pid == 0:  # the child: no pytest machinery from here on, only os._exit
+        try:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+            resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))
+            try:
+                agent.write_atomic(target, "new\n" * 7500)
+                said = "wrote"
+            except OSError as error:
+                said = f"raised {error.errno}"
+            report.write_text(said)  # a few bytes: under the limit
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+    assert report.read_text().startswith("raised")
+    assert len(target.read_text()) == 10000  # the old content
+    assert sorted(p.name for p in workdir.iterdir()) == ["doc.txt"]  # no temp file left
 
 @pytest.mark.parametrize("path", ["", ".", "sub"])
 def test_write_file_refuses_a_folder_before_writing_anything(load_step, workdir, path):

@@ -351,7 +351,9 @@ def test_clear_and_new_reset_list_and_conversation(agent, standin, type_lines, c
     assert agent.TODOS.next_number == 1 and agent.TODOS.silent_calls == 1
 
 
-def test_subprocess_run_nags_and_lists(run_step, standin, workdir):
+def test_a_run_from_main_nags_and_lists(run_in_process, standin, workdir):
+    """The step as `python agents/s03_todo.py` runs it, with the lines piped in (in-process: the
+    process boundary is s02's test; the demo runs this step as a process)."""
     standin.policy = ScriptedModel(
         [
             [add("Write a.txt"), add("Write b.txt", priority="low")],
@@ -362,7 +364,7 @@ def test_subprocess_run_nags_and_lists(run_step, standin, workdir):
             ["both written"],
         ]
     )
-    done = run_step(STEP, "write both files\n/todos\n")
+    done = run_in_process(STEP, "write both files\n/todos\n")
     assert done.returncode == 0, done.stderr
     assert (workdir / "a.txt").read_text() == "a" and (workdir / "b.txt").read_text() == "b"
     out = done.stdout

@@ -257,14 +257,13 @@ def test_offline_demo_refuses_the_broken_skill_loads_one_and_prints_the_cache(of
     assert "&lt;skill name=&quot;changelog&quot; folder=&quot;skills/changelog&quot;&gt;" in page
 
 
-def test_play_shows_the_listing_at_the_first_call_and_the_body_once_loaded(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ANTHROPIC_")}
-    env.update(PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8")
+def test_play_shows_the_listing_at_the_first_call_and_the_body_once_loaded(
+    run_in_process, tmp_path
+):
     lines = ["record the fix in the changelog", '@load_skill {"name": "changelog"}', "",
              "Loaded.", "", "q"]
-    done = subprocess.run([sys.executable, str(AGENTS / f"{STEP}.py"), "--play", "--demo"],
-                          input="\n".join(lines) + "\n", capture_output=True, text=True,
-                          encoding="utf-8", cwd=tmp_path, env=env, timeout=120)
+    done = run_in_process(STEP, "\n".join(lines) + "\n", args=("--play", "--demo"),
+                          cwd=tmp_path, keyed=False)
     assert done.returncode == 0, done.stdout + done.stderr
     first, second = done.stdout.split("--- model call ")[1:3]
     assert "- changelog: Record a change" in first and "- release-notes: Turn" in first

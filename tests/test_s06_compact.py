@@ -609,11 +609,12 @@ def test_fuzz_compaction_at_every_point_keeps_requests_valid(agent, capsys, seed
             if before_model_call(events, point):
                 agent.CLEAR_BATCH_TOKENS = rng.choice([0, 0, 500])
                 agent.micro_compact(history)
-            snapshot = json.dumps(history)
-            done = agent.compact(history, "fuzz")  # ...wherever that is
-            if events[point][0] == "reply" and any(
+            between = events[point][0] == "reply" and any(
                 b["type"] == "tool_use" for b in events[point][1]
-            ):
+            )  # a call whose result has not come yet
+            snapshot = json.dumps(history) if between else None
+            done = agent.compact(history, "fuzz")  # ...wherever that is
+            if between:
                 assert (
                     not done and json.dumps(history) == snapshot
                 )  # never between a call and its result
@@ -633,7 +634,9 @@ def test_fuzz_compaction_at_every_point_keeps_requests_valid(agent, capsys, seed
 
 
 # -- As a learner runs it ---------------------------------------------------------------------
-def test_subprocess_run_compacts_and_keeps_a_transcript(run_step, standin, workdir):
+def test_a_run_from_main_compacts_and_keeps_a_transcript(run_in_process, standin, workdir):
+    """The step as `python agents/s06_compact.py` runs it, COMPACT_THRESHOLD read from the
+    environment at start (in-process; the demo runs this step as a process)."""
     for i in range(3):
         (workdir / f"f{i}.txt").write_text(big(f"file{i}", 6000))
     standin.policy = ScriptedModel(
@@ -646,7 +649,9 @@ def test_subprocess_run_compacts_and_keeps_a_transcript(run_step, standin, workd
             ["carrying on"],
         ]
     )
-    done = run_step(STEP, "read the files\nwhat next?\n", env={"COMPACT_THRESHOLD": "3000"})
+    done = run_in_process(
+        STEP, "read the files\nwhat next?\n", env={"COMPACT_THRESHOLD": "3000"}
+    )
     assert done.returncode == 0, done.stderr
     assert "s06 >> " in done.stdout and "[compact] automatic" in done.stdout
     assert "carrying on" in done.stdout and standin.rejected == []

@@ -602,10 +602,12 @@ def test_a_recorded_reply_with_null_usage_and_a_lone_surrogate_still_gives_a_pag
 
 @pytest.mark.parametrize("mode", ["offline demo", "recorded"])
 def test_a_trace_folder_that_does_not_exist_stops_the_run_before_it_starts(
-    run_step, standin, workdir, mode
+    run_in_process, standin, workdir, mode
 ):
     env = {"ANTHROPIC_API_KEY": None} if mode == "offline demo" else {}
-    done = run_step("s01_agent_loop", "hello\n", args=["--trace", "missing/run.html"], env=env)
+    done = run_in_process(
+        "s01_agent_loop", "hello\n", args=["--trace", "missing/run.html"], env=env
+    )
     assert done.returncode == 2
     assert len(done.stderr.splitlines()) == 1 and "missing does not exist" in done.stderr
     assert done.stdout == "" and standin.requests == []  # nothing ran
@@ -682,11 +684,11 @@ def test_a_recording_keeps_each_message_once(standin):
 
 
 # -- Upstream failures: one clear line, no traceback ---------------------------------------
-def test_an_upstream_that_refuses_connections_gives_one_clear_line(run_step, workdir):
+def test_an_upstream_that_refuses_connections_gives_one_clear_line(run_in_process, workdir):
     with socket.socket() as closed:  # bound, never listening: every connection is refused
         closed.bind(("127.0.0.1", 0))
         upstream = f"http://127.0.0.1:{closed.getsockname()[1]}"
-        done = run_step(
+        done = run_in_process(
             "s01_agent_loop",
             "hello\n",
             args=["--trace", "down.html"],
@@ -699,10 +701,10 @@ def test_an_upstream_that_refuses_connections_gives_one_clear_line(run_step, wor
     assert (workdir / "down.html").exists()
 
 
-def test_an_upstream_that_answers_html_gives_one_clear_line(run_step, workdir):
+def test_an_upstream_that_answers_html_gives_one_clear_line(run_in_process, workdir):
     portal = b"<html><body><h1>Sign in to the hotel wifi</h1></body></html>"
     with local_server(lambda request: (200, [("Content-Type", "text/html")], portal)) as upstream:
-        done = run_step(
+        done = run_in_process(
             "s01_agent_loop",
             "hello\n",
             args=["--trace", "portal.html"],
@@ -714,11 +716,11 @@ def test_an_upstream_that_answers_html_gives_one_clear_line(run_step, workdir):
 
 
 def test_a_stream_that_breaks_off_upstream_breaks_off_for_the_step_without_a_traceback(
-    run_step, standin, workdir
+    run_in_process, standin, workdir
 ):
     standin.policy = ScriptedModel([["This reply is long enough to be cut off in the middle."]])
     standin.fail_next("stream_drop")
-    done = run_step("s02_tool_use", "hello\n", args=["--trace", "drop.html"])  # s02 streams
+    done = run_in_process("s02_tool_use", "hello\n", args=["--trace", "drop.html"])  # s02 streams
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert "[APIError: not a valid reply" in done.stdout  # it ended too soon, as without --trace
     [said] = [line for line in done.stdout.splitlines() if "not recorded" in line]
@@ -994,7 +996,9 @@ def test_the_page_shows_the_mail_of_its_own_session_only(tmp_path):
     assert "Mailbox traffic of this session (.mailbox/20250102-090000-bbbbbb)" in text
 
 
-def test_a_recorded_s01_page_shows_no_mail_or_board_of_other_sessions(run_step, standin, workdir):
+def test_a_recorded_s01_page_shows_no_mail_or_board_of_other_sessions(
+    run_in_process, standin, workdir
+):
     leave_mail(workdir, "20250101-090000-aaaaaa", "mail of an s09 session")
     (workdir / ".tasks").mkdir()
     (workdir / ".tasks" / "task_1.json").write_text(
@@ -1003,7 +1007,7 @@ def test_a_recorded_s01_page_shows_no_mail_or_board_of_other_sessions(run_step, 
         )
     )
     standin.policy = ScriptedModel([["Hello."]])
-    done = run_step("s01_agent_loop", "hello\n", args=["--trace", "s01.html"])
+    done = run_in_process("s01_agent_loop", "hello\n", args=["--trace", "s01.html"])
     assert done.returncode == 0, done.stderr
     text = (workdir / "s01.html").read_text(encoding="utf-8")
     assert "mail of an s09 session" not in text and "a task of an s07 session" not in text

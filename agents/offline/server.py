@@ -62,7 +62,8 @@ class StandIn:
 
     def start(self) -> "StandIn":
         self._server = StandInServer(self)
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+        # stop() waits up to one poll interval: short, as the tests start one stand-in each
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.01},
                          daemon=True).start()
         return self
 
