@@ -107,6 +107,16 @@ def pytest_cmdline_main(config):
 collect_ignore = ["bench"]  # tests/bench/: benchmarks run by hand, never collected
 
 
+def pytest_collection_modifyitems(items):
+    """The tests that start processes (the demos above all) go first, the quick in-process
+    ones after them: the workers share the slow ones from the start, and the quick ones fill in
+    at the end, instead of one worker finishing a long demo while the other idles."""
+    def starts_processes(item) -> bool:
+        return bool({"offline_demo", "run_step"} & set(getattr(item, "fixturenames", ())))
+
+    items.sort(key=lambda item: not starts_processes(item))  # stable: otherwise as collected
+
+
 def wait_until(condition, timeout: float = 30.0) -> bool:
     """Poll `condition` until it holds or the deadline passes; the result says which.
 

@@ -740,7 +740,9 @@ def test_a_corrupt_board_is_reported_and_the_repl_keeps_running(
 # --- as a learner runs it ----------------------------------------------------------------
 
 
-def test_subprocess_run_plans_on_disk_and_a_second_run_finds_the_board(run_step, standin, workdir):
+def test_a_run_plans_on_disk_and_a_second_process_finds_the_board(
+    run_in_process, run_step, standin, workdir
+):
     standin.policy = ScriptedModel(
         [
             [tool_use("task_create", {"subject": "Design"})],
@@ -751,7 +753,7 @@ def test_subprocess_run_plans_on_disk_and_a_second_run_finds_the_board(run_step,
             ["Planned; Build is ready."],
         ]
     )
-    first = run_step(STEP, "plan it\n/tasks\n")
+    first = run_in_process(STEP, "plan it\n/tasks\n")  # main(), as typed: no process needed
     assert first.returncode == 0, first.stderr
     assert "s07 >> " in first.stdout and '"unblocked": [2]' in first.stdout
     assert "[ ] #2 Build\n" in first.stdout and "Planned; Build is ready." in first.stdout
