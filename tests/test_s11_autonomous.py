@@ -739,10 +739,10 @@ def test_worker_processes_share_the_board_refuse_a_twin_and_give_back_on_ctrl_c(
 
 
 def test_the_lead_opens_its_session_at_start_so_workers_can_join_it_also_when_traced(
-    run_step, workdir
+    run_in_process, workdir
 ):
     for args in ([], ["--trace", "lead.html"]):  # with --trace the step's own main() still runs
-        done = run_step(STEP, "q\n", args=args)
+        done = run_in_process(STEP, "q\n", args=args)
         assert done.returncode == 0, done.stderr
     assert len(list((workdir / ".mailbox").iterdir())) == 2 and (workdir / "lead.html").exists()
 
