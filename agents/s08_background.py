@@ -448,14 +448,12 @@ def deliver_results(messages: list) -> None:
     for job in jobs:
         job.told = True
     print(f"[harness] to the model, in the newest user turn:\n{note}")
-    if isinstance(messages[-1]["content"], str):  # the API's short form of a user turn
-        messages[-1]["content"] = [{"type": "text", "text": messages[-1]["content"]}]
-    last = messages[-1]["content"][-1]
-    if last["type"] == "tool_result":
-        inner = last.get("content") or "(no output)"
+    content = messages[-1]["content"]  # a list of blocks, or the user's words as one string
+    if isinstance(content, list) and content[-1]["type"] == "tool_result":
+        inner = content[-1].get("content") or "(no output)"
         inner = [{"type": "text", "text": inner}] if isinstance(inner, str) else list(inner)
-        last["content"] = inner + [{"type": "text", "text": note}]
-    else:
+        content[-1]["content"] = inner + [{"type": "text", "text": note}]
+    else:  # add_user_text turns a plain string into a block first
         add_user_text(messages, note)
 
 def report(job: Job, lines: int = TAIL_LINES) -> str:
