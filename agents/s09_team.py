@@ -380,10 +380,11 @@ def drain(pipe, output):
 
 
 # -- s07: the task board - a dependency graph on disk that outlives the chat -----
-# One JSON file per task in .tasks/, plus .lock and .board.json: the generation, which every
-# change bumps, and the last id handed out. Only `blockedBy` is stored; `blocks` is derived.
-# Readers never lock: every file is replaced whole, and a reader re-reads only once the board
-# changed. A change takes the lock, re-reads what it decides on, checks every rule, then writes.
+# One JSON file per task in .tasks/; in .tasks/.board/ the lock and state.json: the generation,
+# which every change bumps, the last id handed out, and a log of which tasks the last changes
+# wrote. Only `blockedBy` is stored; `blocks` is derived. Readers never lock: every file is
+# replaced whole, and a reader re-reads only what changed since it last looked. A change takes
+# the lock, re-reads what it decides on, checks every rule, then writes.
 import contextlib
 from collections import Counter
 from datetime import datetime, timezone
@@ -391,6 +392,7 @@ from datetime import datetime, timezone
 MARKERS = {"pending": "[ ]", "in_progress": "[>]", "completed": "[x]", "failed": "[!]",
            "deleted": "[-]"}
 STATUSES = list(MARKERS)
+LOG_SIZE = 64  # the changes state.json names: a reader further behind reads every file
 
 class TaskError(ValueError):
     """A request the board refuses: `.code` for programs, the message tells the model what to do."""
@@ -501,14 +503,16 @@ def file_lock(path, folders=0):
     with open(path, "a+b") as handle, os_lock(handle):  # a handle per holder: threads wait too
         yield
 
-class TaskBoard:
+class TaskBoard(threading.local):
     """The graph in a folder, shared by threads and processes; a refused change writes nothing.
-    A reader keeps the board it last read and checked, and trusts it while the folder's
-    signature is unchanged: a few file operations a read, whatever the number of tasks."""
+    Each thread keeps the board as it last read and checked it (a threading.local: __init__ runs
+    again in each thread) and brings it up to date from state.json: when nothing changed, that
+    costs two file operations; after a few changes, one file read per change."""
 
     def __init__(self, folder):
         self.dir = Path(folder)
-        self.seen = {"signature": None}  # the board as last read and checked: nothing yet
+        self.state_file = self.dir / ".board" / "state.json"
+        self.seen = {}  # the board as last read and checked: nothing yet
         self.swept = False  # stale temp files are swept once per board, at its first change
 
     def path(self, task_id):
@@ -517,7 +521,7 @@ class TaskBoard:
     @contextlib.contextmanager
     def locked(self):
         """The lock, for one change at a time."""
-        with file_lock(self.dir / ".lock", 1):  # .tasks/ itself is made where first needed
+        with file_lock(self.dir / ".board" / ".lock", 2):  # .tasks/.board/ made where needed
             if not self.swept:  # left by writers killed mid-write: none is live while we hold it
                 for stale in self.dir.glob(".*.tmp"):
                     stale.unlink(missing_ok=True)
@@ -525,56 +529,87 @@ class TaskBoard:
             yield
 
     def write(self, task):
-        """Under the lock: one task file, whole and fsynced; then the generation bumped (every
-        reader's cue to look again) and the task folded into this board's checked copy."""
-        before = self.signature()
+        """Under the lock: one task file, whole and fsynced; then state.json, every reader's cue:
+        the generation bumped, the task added to the log of the last changes, and the folder's
+        modification time as the change left it."""
+        state = self.state()
         write_json(self.path(task["id"]), task)
-        temp = self.dir / ".board.json.tmp"  # one name is enough: only the lock holder writes it
-        temp.write_text(json.dumps({"generation": before["generation"] + 1,
-                                    "last_id": max(before["last_id"], task["id"])}))
-        os.replace(temp, self.dir / ".board.json")  # a cue, not data: no fsync (see create)
-        current = self.seen["signature"] == before  # else the next read reads it all
-        self.seen = {"signature": current and self.signature(),
-                     "tasks": {**self.seen.get("tasks", {}), task["id"]: task}}
+        # The log says which files changed only while nothing else changed the folder: after a
+        # hand change (or at the first write) it starts again, empty.
+        log = state["changed"] + [task["id"]] if state["folder"] == state["mtime"] else []
+        temp = self.state_file.with_name("state.json.tmp")  # one name: only the lock holder
+        temp.write_text(json.dumps({"generation": state["generation"] + 1,
+                                    "last_id": max(state["last_id"], task["id"]),
+                                    "changed": log[-LOG_SIZE:],
+                                    "mtime": self.dir.stat().st_mtime_ns}))
+        os.replace(temp, self.state_file)  # a cue, not data: no fsync (see create)
 
     # -- reading: no lock ---------------------------------------------------------
-    def signature(self):
-        """What a reader compares before trusting what it checked: .board.json - the generation,
-        bumped by every change, and the last id handed out - and the folder's modification time
-        (a file added, removed or replaced by hand). A hand edit in place changes neither."""
-        path = self.dir / ".board.json"
+    def state(self):
+        """state.json as the last change left it, and "folder": the task folder's modification
+        time now, which a file added, removed or replaced changes (an edit in place does not).
+        state.json sits in .board/, so that writing it leaves that time as the change left it."""
         try:
-            text = path.read_bytes()
+            text, folder = self.state_file.read_bytes(), self.dir.stat().st_mtime_ns
         except FileNotFoundError:  # nothing written yet
-            return {"generation": 0, "last_id": 0}
-        if not re.fullmatch(rb'\{"generation": [0-9]{1,18}, "last_id": [0-9]{1,18}\}', text):
-            raise CorruptFile(path, 'expected {"generation": n, "last_id": n} with whole '
-                                    f"numbers, last_id the last id handed out; found {text[:40]!r}")
-        return {**json.loads(text), "mtime": self.dir.stat().st_mtime_ns}
+            text, folder = b'{"generation": 0, "last_id": 0, "changed": [], "mtime": 0}', None
+        if not re.fullmatch(rb'\{"generation": [0-9]+, "last_id": [0-9]+, "changed": '
+                            rb'\[([1-9][0-9]*(, [1-9][0-9]*)*)?\], "mtime": [0-9]+\}', text):
+            raise CorruptFile(self.state_file, 'expected {"generation": n, "last_id": n, '
+                              '"changed": [ids], "mtime": n} with whole numbers, last_id the '
+                              f"last id handed out; found {text[:40]!r}")
+        return {**json.loads(text), "folder": folder}
 
-    def checked(self, everything=False):
-        """The board as last read and checked: {"tasks", and "full" and "ready" once asked} -
-        read again only if it changed. While it did not, a read costs the signature: a few
-        file operations. With `everything` (a listing, which costs N anyway), every file's
-        stat is compared too, so a hand edit in place shows there at the latest."""
-        signature = self.signature()  # first: a change made while we read shows next time
-        if self.seen["signature"] != signature or everything and not self.unchanged():
-            self.seen = {"signature": None}  # suspect until a full read passes
-            self.seen = {"signature": signature, "tasks": self.read_all()}
+    def checked(self):
+        """The board as last read and checked, {"tasks", "blocks", and "ready" once asked},
+        brought up to date: unchanged, it costs state(); else it reads what changed."""
+        state = self.state()  # first: a change made while we read shows next time, never half
+        if self.seen.get("state") == state:
+            return self.seen  # nothing changed: no task file is read
+        seen, self.seen = self.seen, {}  # suspect until the checks pass
+        behind = state["generation"] - seen["state"]["generation"] if seen else -1
+        if state["folder"] != state["mtime"] or not 0 < behind <= len(state["changed"]):
+            seen, ids = {"tasks": {}, "blocks": {}}, self.ids()  # every file, from nothing
+        else:  # only the board changed the folder since, and its log says which files
+            ids = state["changed"][-behind:]
+        self.load(seen, ids)
+        self.seen = {**seen, "state": state}
         return self.seen
 
-    def unchanged(self):
-        """Whether every file still holds what was read: a stat each, parsed only if changed."""
-        try:
-            return all(load_json(self.path(i)) == task for i, task in self.seen["tasks"].items())
-        except (OSError, ValueError):  # gone or unreadable: read_all says which, and why
-            return False
+    def ids(self):
+        """Every task file's id, in order (not task_07, not task_x)."""
+        return sorted(int(p.stem[5:]) for p in self.dir.glob("task_*.json")
+                      if re.fullmatch(r"task_[1-9][0-9]*", p.stem))
+
+    def load(self, seen, ids):
+        """Read `ids` into `seen`, keeping `blocks` - who waits for each task - in step, then
+        check what they touch: an edge to a missing or deleted task, or a cycle, is corruption."""
+        tasks, blocks = seen["tasks"], seen["blocks"]
+        seen.pop("ready", None)  # worked out again when next asked
+        moved = []  # tasks whose edges changed: a new cycle must pass through one of them
+        for task_id in ids:
+            old = tasks.get(task_id, {"blockedBy": []})["blockedBy"]
+            for blocker in old:
+                blocks[blocker].discard(task_id)
+            tasks[task_id] = self.read(task_id)
+            for blocker in tasks[task_id]["blockedBy"]:
+                blocks.setdefault(blocker, set()).add(task_id)
+            if tasks[task_id]["blockedBy"] != old:
+                moved.append(task_id)
+        for task_id in sorted({*ids, *(d for i in ids for d in blocks.get(i, ()))}):
+            for blocker in tasks[task_id]["blockedBy"]:  # its edges, and those waiting for it
+                if blocker not in tasks or tasks[blocker]["status"] == "deleted":
+                    raise CorruptFile(self.path(task_id), f"blocked by task {blocker}, "
+                                                          "deleted or gone")
+        if cycle := find_cycle(tasks, moved):  # made by hand: no update lets one in
+            raise CorruptFile(self.path(cycle[0]),
+                              f"dependency cycle {' -> '.join(map(str, cycle))}")
 
     def read(self, task_id):
         """One task as its file says: NOT_FOUND if there is none, CorruptFile if it is unsound."""
         path = self.path(task_id)
         try:
-            task = load_json(path)
+            task = json.loads(path.read_bytes())  # bad UTF-8: a ValueError too
         except FileNotFoundError:
             raise TaskError("NOT_FOUND", f"there is no task {task_id}; see task_list") from None
         except (OSError, ValueError) as error:  # ValueError: bad UTF-8 or bad JSON
@@ -583,52 +618,37 @@ class TaskBoard:
             raise CorruptFile(path, problem)
         return task
 
-    def read_all(self):
-        """Every task by id, checked as a whole - an edge to a missing or deleted task, or a
-        cycle, is corruption too - and `blocks`, derived from everyone's blockedBy."""
-        ids = sorted(int(p.stem[5:]) for p in self.dir.glob("task_*.json")
-                     if re.fullmatch(r"task_[1-9][0-9]*", p.stem))  # not task_07, not task_x
-        board = {task_id: self.read(task_id) for task_id in ids}
-        for task in board.values():
-            for blocker in task["blockedBy"]:
-                if blocker not in board or board[blocker]["status"] == "deleted":
-                    raise CorruptFile(self.path(task["id"]), f"blocked by task {blocker}, "
-                                                             "deleted or gone")
-        if cycle := find_cycle(board, board):  # made by hand: no update lets one in
-            raise CorruptFile(self.path(cycle[0]),
-                              f"dependency cycle {' -> '.join(map(str, cycle))}")
-        return board
-
-    def derived(self, everything=False):
-        """checked(), for readers without the lock, with what is worked out once per change of
-        the board: "full", every task with `blocks` (from everyone's blockedBy), and "ready"."""
+    def current(self):
+        """checked(), for readers without the lock: a change seen half made, file by file, looks
+        corrupt, so then the board is read again whole, under the lock."""
         try:
-            seen = self.checked(everything)
-        except CorruptFile:  # or a change seen half made, file by file: all again, alone
+            return self.checked()
+        except CorruptFile:
             with self.locked():
-                seen = self.checked()
-        tasks = seen["tasks"]
-        if "ready" not in seen:
-            full = {i: {**tasks[i], "blocks": []} for i in tasks}  # in id order, as read
-            for task in tasks.values():
-                for blocker in task["blockedBy"]:
-                    full[blocker]["blocks"].append(task["id"])
-            seen["full"] = full
-            seen["ready"] = [task for task in full.values() if is_ready(task, full)]
-        return seen
+                return self.checked()
+
+    def with_blocks(self, task, seen):
+        return {**task, "blocks": sorted(seen["blocks"].get(task["id"], ()))}
 
     def tasks(self):
-        """Every task, deleted ones too, with `blocks` derived from everyone's blockedBy."""
-        return list(self.derived(True)["full"].values())  # a listing: every file looked at
+        """Every task, deleted ones too, with `blocks`: who waits for it."""
+        self.seen = {}  # a listing reads every file: a hand edit in place shows here at the latest
+        seen = self.current()
+        return [self.with_blocks(task, seen) for task in seen["tasks"].values()]
 
     def get(self, task_id):
-        """One task in full, with its derived `blocks`."""
-        task = self.read(parse_id(task_id))  # NOT_FOUND for an id never handed out
-        return {**task, "blocks": self.derived()["full"][task["id"]]["blocks"]}  # its file now
+        """One task in full, with its `blocks`."""
+        task = self.read(parse_id(task_id))  # its file now; NOT_FOUND for an id never handed out
+        return self.with_blocks(task, self.current())
 
     def ready(self):
-        """The tasks someone can start now."""
-        return list(self.derived()["ready"])
+        """The tasks someone can start now, worked out once per change of the board."""
+        seen = self.current()
+        if "ready" not in seen:
+            tasks = seen["tasks"]
+            seen["ready"] = [self.with_blocks(task, seen) for task in tasks.values()
+                             if is_ready(task, tasks)]
+        return list(seen["ready"])
 
     # -- changing: under the lock ----------------------------------------------------
     def create(self, subject, description="", blocked_by=None):
@@ -638,8 +658,8 @@ class TaskBoard:
         with self.locked():
             for blocker in blockers:
                 self.check_blocker(blocker)  # nothing waits for a new task yet: no cycle
-            task_id = self.signature()["last_id"] + 1
-            # A crash after the task's write and before .board.json's leaves last_id behind:
+            task_id = self.state()["last_id"] + 1
+            # A crash after the task's write and before state.json's leaves last_id behind:
             # the file is there, so its id is skipped, never handed out twice.
             while self.path(task_id).exists():
                 task_id += 1
@@ -669,21 +689,21 @@ class TaskBoard:
                                             "its own")
         with self.locked():
             task = self.read(task_id)  # re-read inside the lock: what the caller saw may be stale
-            board = self.checked()["tasks"]  # as it is now; read again only if it changed
+            seen = self.checked()  # as it is now: only what changed since is read again
             edges = [b for b in dict.fromkeys(task["blockedBy"] + add) if b not in remove]
             # a deleted task waits for nothing, and (below) nothing waits for it any more
             after = {**task, **fields, "blockedBy": [] if deleting else edges}
-            self.check_change(task, after, add, board)
-            dependents = [t for t in board.values() if task_id in t["blockedBy"]]
+            self.check_change(task, after, add, seen["tasks"])
+            waited = self.with_blocks(task, seen)["blocks"]  # who waits for it
             if deleting:  # the dependents first, so that no file ever names a deleted task
-                for other in dependents:
+                for other in (seen["tasks"][i] for i in waited):
                     kept = [b for b in other["blockedBy"] if b != task_id]
                     self.write({**other, "blockedBy": kept, "updated_at": utc_now()})
             if after != task:  # a change that changes nothing writes nothing
                 self.write({**after, "updated_at": utc_now()})
-        tasks = self.seen["tasks"]  # the change, folded in already: no second full read
-        waited = [t["id"] for t in dependents]  # who waited for it (no more, if it is deleted)
-        result = {**tasks[task_id], "blocks": [] if deleting else waited}
+            seen = self.checked()  # the writes read back: one file each
+        tasks = seen["tasks"]
+        result = self.with_blocks(tasks[task_id], seen)  # a deleted task: nobody waits for it
         if after["status"] in ("completed", "deleted") and after["status"] != task["status"]:
             result = {"unblocked": [i for i in waited if unblocked(tasks[i], tasks)], **result}
         return result
@@ -744,32 +764,29 @@ TASK_ID = {"anyOf": [{"type": "integer"}, {"type": "string"}],  # "3" is fine to
            "description": "A task id, e.g. 3. " + ID_NOTE}
 TASK_IDS = {"type": "array", "items": TASK_ID}
 
+def tool(name, description, required, /, **properties):  # /: a property may be called name
+    """A tool as the API takes it: its name, what it does, and its input as a JSON schema."""
+    return {"name": name, "description": description, "input_schema": {
+        "type": "object", "properties": properties, "required": required}}
+
 TASK_TOOLS = [
-    {"name": "task_create",
-     "description": "Add a task to the persistent task board (.tasks/; it survives restarts); "
-                    "returns it with the id the board gave it. blocked_by: ids of tasks that "
-                    "must be completed first - so create blockers first and take their ids from "
-                    "the results. " + ID_NOTE,
-     "input_schema": {"type": "object", "properties": {
-         "subject": TEXT, "description": TEXT, "blocked_by": TASK_IDS}, "required": ["subject"]}},
-    {"name": "task_update",
-     "description": "Change one task: status, subject, description, owner, or what it waits for "
-                    "(add_blocked_by, remove_blocked_by). It can start or complete only once all "
-                    "its blockers are completed; completing returns `unblocked`, the tasks that "
-                    "just became ready. " + ID_NOTE,
-     "input_schema": {"type": "object", "properties": {
-         "task_id": TASK_ID, "status": STATUS, "subject": TEXT, "description": TEXT,
-         "owner": TEXT, "add_blocked_by": TASK_IDS, "remove_blocked_by": TASK_IDS},
-         "required": ["task_id"]}},
-    {"name": "task_get",
-     "description": "One task in full, with its description and `blocks` (what waits for it).",
-     "input_schema": {"type": "object", "properties": {"task_id": TASK_ID},
-                      "required": ["task_id"]}},
-    {"name": "task_list",
-     "description": "The board in brief: one line per task (status, id, subject, owner, open "
-                    "blockers), then counts and the tasks ready now. No descriptions: use "
-                    "task_get for those. Deleted tasks show only with status 'deleted'.",
-     "input_schema": {"type": "object", "properties": {"status": STATUS}}},
+    tool("task_create", "Add a task to the persistent task board (.tasks/; it survives restarts); "
+                        "returns it with the id the board gave it. blocked_by: ids of tasks that "
+                        "must be completed first - so create blockers first and take their ids "
+                        "from the results. " + ID_NOTE,
+         ["subject"], subject=TEXT, description=TEXT, blocked_by=TASK_IDS),
+    tool("task_update", "Change one task: status, subject, description, owner, or what it waits "
+                        "for (add_blocked_by, remove_blocked_by). It can start or complete only "
+                        "once all its blockers are completed; completing returns `unblocked`, the "
+                        "tasks that just became ready. " + ID_NOTE,
+         ["task_id"], task_id=TASK_ID, status=STATUS, subject=TEXT, description=TEXT,
+         owner=TEXT, add_blocked_by=TASK_IDS, remove_blocked_by=TASK_IDS),
+    tool("task_get", "One task in full, with its description and `blocks` (what waits for it).",
+         ["task_id"], task_id=TASK_ID),
+    tool("task_list", "The board in brief: one line per task (status, id, subject, owner, open "
+                      "blockers), then counts and the tasks ready now. No descriptions: use "
+                      "task_get for those. Deleted tasks show only with status 'deleted'.",
+         [], status=STATUS),
 ]
 
 def run_task_list(status=None):
@@ -792,7 +809,7 @@ def show_tasks(arg, history):
         print(f"[task board] {error}")
 
 
-# .. plumbing: the lock on each platform, and each file parsed once .....................
+# .. plumbing: the lock on each platform .................................................
 if os.name == "nt":
     import msvcrt
 else:
@@ -815,17 +832,6 @@ def os_lock(handle):
         yield
     finally:  # Windows wants the unlock said
         msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
-
-PARSED = {}  # the file's path -> (the identity of the file, what it held)
-
-def load_json(path):
-    """json.loads of a file, parsed again only once the file changed. Every write is a new file
-    (os.replace), so a changed file has a new identity: inode, modification time, size."""
-    stat = path.stat()
-    identity = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
-    if PARSED.get(path, (None,))[0] != identity:
-        PARSED[path] = (identity, json.loads(path.read_bytes()))  # bad UTF-8: a ValueError too
-    return PARSED[path][1]
 
 
 # -- s09: a team that works from the board: mailboxes, protocols, teammates -------
@@ -859,7 +865,7 @@ class Roster:
         if not self.path.exists():
             return {}
         try:
-            entries = load_json(self.path)["teammates"]  # s07's reader: parsed once per change
+            entries = json.loads(self.path.read_bytes())["teammates"]  # bad UTF-8: ValueError
             bad = [name for name, entry in entries.items() if entry.get("name") != name
                    or not all(isinstance(entry.get(key), str) for key in ("role", "prompt"))]
             if bad:
@@ -1163,21 +1169,18 @@ def inbox_command(arg, history):
 
 NAME = {"type": "string", "description": "1-64 letters, digits, '_' or '-'"}
 TEAM_TOOLS = [
-    {"name": "team_spawn", "description": "Define a teammate (saved in .team.json) and start it.",
-     "input_schema": {"type": "object", "properties": {"name": NAME, "role": TEXT, "prompt": TEXT},
-                      "required": ["name", "role", "prompt"]}},
-    {"name": "team_send", "description": "Send a running teammate a request; returns at once, the "
-     "answer arrives later. With task_id the task becomes theirs on the board (owner).",
-     "input_schema": {"type": "object", "required": ["name", "message"],
-                      "properties": {"name": NAME, "message": TEXT, "task_id": TASK_ID}}},
-    {"name": "team_review", "description": "Ask a running teammate to approve or reject a plan.",
-     "input_schema": {"type": "object", "properties": {"name": NAME, "plan": TEXT},
-                      "required": ["name", "plan"]}},
-    {"name": "team_wait", "description": "Wait for a teammate's message (at most `seconds`) and "
-     "return the new mail. Use it after team_send when there is nothing else to do.",
-     "input_schema": {"type": "object", "properties": {"seconds": {"type": "integer"}}}},
-    {"name": "team_shutdown", "description": "Ask a running teammate to stop; waits until it does.",
-     "input_schema": {"type": "object", "properties": {"name": NAME}, "required": ["name"]}},
+    tool("team_spawn", "Define a teammate (saved in .team.json) and start it.",
+         ["name", "role", "prompt"], name=NAME, role=TEXT, prompt=TEXT),
+    tool("team_send", "Send a running teammate a request; returns at once, the answer arrives "
+                      "later. With task_id the task becomes theirs on the board (owner).",
+         ["name", "message"], name=NAME, message=TEXT, task_id=TASK_ID),
+    tool("team_review", "Ask a running teammate to approve or reject a plan.",
+         ["name", "plan"], name=NAME, plan=TEXT),
+    tool("team_wait", "Wait for a teammate's message (at most `seconds`) and return the new mail. "
+                      "Use it after team_send when there is nothing else to do.",
+         [], seconds={"type": "integer"}),
+    tool("team_shutdown", "Ask a running teammate to stop; waits until it does.",
+         ["name"], name=NAME),
 ]
 
 TEAM_HANDLERS = {"team_spawn": run_team_spawn, "team_send": run_team_send,

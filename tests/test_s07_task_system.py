@@ -51,7 +51,11 @@ def error_of(call, *args, **kwargs) -> TaskError:
 
 def snapshot(folder: Path) -> dict:
     """Every file's bytes and inode: a rewrite with the same bytes still shows (a new inode)."""
-    return {p.name: (p.read_bytes(), p.stat().st_ino) for p in sorted(folder.iterdir())}
+    return {
+        p.relative_to(folder).as_posix(): (p.read_bytes(), p.stat().st_ino)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def diamond(board):
@@ -82,7 +86,8 @@ def test_create_writes_one_file_per_task_and_the_last_id(board, tasks_dir):
         "updated_at",
     }  # `blocks` is never stored
     assert json.loads((tasks_dir / "task_1.json").read_text())["subject"] == "Plan the work"
-    assert json.loads((tasks_dir / ".board.json").read_text()) == {"generation": 2, "last_id": 2}
+    state = json.loads((tasks_dir / ".board" / "state.json").read_text())
+    assert state["generation"] == 2 and state["last_id"] == 2
     assert sorted(p.name for p in tasks_dir.glob("task_*.json")) == ["task_1.json", "task_2.json"]
 
 
@@ -250,7 +255,7 @@ def count_calls(monkeypatch, owner, name) -> list:
     return calls
 
 
-def test_completing_a_task_writes_only_its_own_file_and_reads_nothing_again(
+def test_completing_a_task_writes_only_its_own_file_and_reads_back_only_that(
     board, tasks_dir, monkeypatch
 ):
     board.create("Base")
@@ -259,30 +264,75 @@ def test_completing_a_task_writes_only_its_own_file_and_reads_nothing_again(
     board.tasks()  # its first read: from here on it knows the board
     before = snapshot(tasks_dir)
     fsyncs = count_calls(monkeypatch, s07.os, "fsync")
-    full_reads = count_calls(monkeypatch, s07.TaskBoard, "read_all")
+    reads = count_calls(monkeypatch, s07.TaskBoard, "read")
+    full_reads = count_calls(monkeypatch, s07.TaskBoard, "ids")
     result = board.update(1, status="completed")
     assert result["unblocked"] == list(range(2, 12)) and result["blocks"] == list(range(2, 12))
     after = snapshot(tasks_dir)
     changed = {name for name in before if before[name] != after[name]}
-    assert changed == {"task_1.json", ".board.json"}  # the task, and the generation bumped
+    assert changed == {"task_1.json", ".board/state.json"}  # the task, and the readers' cue
     assert len(fsyncs) == 1 and full_reads == []  # one fsynced write; the board is not re-read
+    assert {task_id for (_, task_id) in reads} == {1}  # the task it changed, and nothing else
     assert board.create("One more")["id"] == 12 and len(fsyncs) == 2 and full_reads == []
+    reads.clear()
     assert board.get(12)["blocks"] == [] and [t["id"] for t in board.ready()] == [2, 3, 4, 5, 6,
                                                                               7, 8, 9, 10, 11, 12]
-    assert full_reads == []  # readers in this process trust what the writes folded in
+    assert full_reads == [] and {task_id for (_, task_id) in reads} == {12}
 
 
-def test_a_reader_reads_again_only_after_a_change(board, tasks_dir, monkeypatch):
-    """Another board object is another process's view: it re-reads once per change, never more."""
+def reads_of(reader, calls) -> list:
+    return sorted(task_id for (board, task_id) in calls if board is reader)
+
+
+def test_a_reader_reads_again_only_the_files_changed_since_it_last_looked(
+    board, tasks_dir, monkeypatch
+):
+    """Another board object is another process's view: after its first look it re-reads a task
+    file only when state.json's log says a change wrote it."""
     diamond(board)
     other = s07.TaskBoard(tasks_dir)
-    full_reads = count_calls(monkeypatch, s07.TaskBoard, "read_all")
+    reads = count_calls(monkeypatch, s07.TaskBoard, "read")
+    full_reads = count_calls(monkeypatch, s07.TaskBoard, "ids")
     for _ in range(5):
-        assert [t["id"] for t in other.ready()] == [1] and other.get(4)["blocks"] == []
-    assert [reader for (reader,) in full_reads] == [other]
-    board.update(1, status="completed")  # a change by someone else: the generation moves on
-    assert [t["id"] for t in other.ready()] == [2, 3] and other.get(1)["status"] == "completed"
-    assert [reader for (reader,) in full_reads].count(other) == 2
+        assert [t["id"] for t in other.ready()] == [1]
+    assert [reader for (reader,) in full_reads] == [other]  # its first look: every file, once
+    assert reads_of(other, reads) == [1, 2, 3, 4]
+    board.update(1, status="completed")  # changes by someone else: the generation moves on
+    board.update(4, subject="Ship it")
+    reads.clear()
+    assert [t["id"] for t in other.ready()] == [2, 3] and reads_of(other, reads) == [1, 4]
+    assert other.get(4)["subject"] == "Ship it"
+    assert [reader for (reader,) in full_reads].count(other) == 1
+
+
+def test_a_reader_further_behind_than_the_log_reads_everything(board, tasks_dir, monkeypatch):
+    diamond(board)
+    other = s07.TaskBoard(tasks_dir)
+    other.ready()
+    monkeypatch.setattr(s07, "LOG_SIZE", 2)
+    for subject in ("One", "Two", "Three"):  # three changes; state.json names the last two
+        board.update(4, subject=subject)
+    full_reads = count_calls(monkeypatch, s07.TaskBoard, "ids")
+    assert other.get(1)["blocks"] == [2, 3] and [reader for (reader,) in full_reads] == [other]
+    assert [t["subject"] for t in other.tasks()][3] == "Three"
+
+
+def test_a_hand_edit_before_a_change_is_not_hidden_by_its_log(board, tasks_dir, monkeypatch):
+    """Between two changes someone replaces a file by hand; the next change's log names only its
+    own task, so the writer, finding the folder not as the last change left it, empties the log:
+    a reader behind it reads every file."""
+    for n in range(5):
+        board.create(f"Task {n + 1}")
+    other = s07.TaskBoard(tasks_dir)
+    assert len(other.ready()) == 5
+    record = json.loads((tasks_dir / "task_3.json").read_text())
+    (tasks_dir / "hand.tmp").write_text(json.dumps({**record, "subject": "Renamed by hand"}))
+    os.replace(tasks_dir / "hand.tmp", tasks_dir / "task_3.json")
+    mtime = tasks_dir.stat().st_mtime_ns  # a later tick, also where the clock is coarse
+    os.utime(tasks_dir, ns=(mtime, mtime + 10**9))
+    board.update(1, subject="Task one")
+    assert json.loads((tasks_dir / ".board" / "state.json").read_text())["changed"] == []
+    assert [t["subject"] for t in other.ready()][:3] == ["Task one", "Task 2", "Renamed by hand"]
 
 
 def test_a_hand_edit_is_seen_replaced_at_once_in_place_by_a_listing_or_a_change(
@@ -333,9 +383,9 @@ def test_stale_temp_files_of_killed_writers_are_swept_once_per_board(board, task
     board.create("Build")  # this board swept at its first change, not at every one
     assert len(list(tasks_dir.glob(".*.tmp"))) == 3
     s07.TaskBoard(tasks_dir).update(2, subject="Build it")  # a new board: its first change sweeps
-    assert sorted(p.name for p in tasks_dir.iterdir()) == [
-        ".board.json",
-        ".lock",
+    assert sorted(snapshot(tasks_dir)) == [
+        ".board/.lock",
+        ".board/state.json",
         "task_1.json",
         "task_2.json",
     ]
@@ -358,13 +408,13 @@ def test_rewritten_task_files_keep_their_mode_and_read_only_ones_are_refused(boa
 @pytest.mark.parametrize(
     "content", ["7" * 5000, '{"generation": 3}', '{"generation": 3, "last_id": "2"}', "[1, 2]"]
 )
-def test_a_corrupt_board_json_is_named_not_a_bare_error(board, tasks_dir, content):
+def test_a_corrupt_state_json_is_named_not_a_bare_error(board, tasks_dir, content):
     board.create("Plan")
-    (tasks_dir / ".board.json").write_text(content)
+    (tasks_dir / ".board" / "state.json").write_text(content)
     for attempt in (lambda: board.create("Build"), board.tasks, lambda: board.get(1)):
         with pytest.raises(s07.CorruptFile) as caught:
             attempt()
-        assert str(tasks_dir / ".board.json") in str(caught.value)
+        assert str(tasks_dir / ".board" / "state.json") in str(caught.value)
         assert "last_id the last id handed out" in str(caught.value)
         assert f"found {content[:40].encode()!r}" in str(caught.value)  # what it found, cut short
     assert not (tasks_dir / "task_2.json").exists()
@@ -376,7 +426,7 @@ def test_readers_take_no_lock(board, tasks_dir):
     holding, release = threading.Event(), threading.Event()
 
     def hold():
-        with s07.file_lock(tasks_dir / ".lock"):
+        with s07.file_lock(tasks_dir / ".board" / ".lock"):
             holding.set()
             release.wait(10)
 
@@ -421,10 +471,10 @@ def test_ids_are_never_reused_after_delete(board, tasks_dir):
     assert s07.TaskBoard(tasks_dir).create("D")["id"] == 4
 
 
-def test_a_lost_board_json_never_overwrites_a_task(board, tasks_dir):
+def test_a_lost_state_json_never_overwrites_a_task(board, tasks_dir):
     board.create("A")
     board.create("B")
-    (tasks_dir / ".board.json").unlink()
+    (tasks_dir / ".board" / "state.json").unlink()
     assert board.create("C")["id"] == 3
     assert board.get(1)["subject"] == "A"
 
@@ -440,22 +490,22 @@ def test_the_board_makes_its_folder_where_first_needed_never_a_deleted_workspace
     assert not workspace.exists()  # file_lock made no parents
 
 
-def test_a_crash_between_the_task_and_board_json_never_hands_an_id_out_twice(
+def test_a_crash_between_the_task_and_state_json_never_hands_an_id_out_twice(
     board, tasks_dir, monkeypatch
 ):
     board.create("A")
     replace = os.replace
 
-    def crash_before_board_json(source, target):
-        if Path(target).name == ".board.json":
+    def crash_before_state_json(source, target):
+        if Path(target).name == "state.json":
             raise SystemExit("killed")  # the process dies after the task's fsynced write
         replace(source, target)
 
-    monkeypatch.setattr(s07.os, "replace", crash_before_board_json)
+    monkeypatch.setattr(s07.os, "replace", crash_before_state_json)
     with pytest.raises(SystemExit):
         board.create("B")
     monkeypatch.setattr(s07.os, "replace", replace)
-    assert json.loads((tasks_dir / ".board.json").read_text())["last_id"] == 1  # behind
+    assert json.loads((tasks_dir / ".board" / "state.json").read_text())["last_id"] == 1  # behind
     after_restart = s07.TaskBoard(tasks_dir)
     assert after_restart.create("C")["id"] == 3  # task_2.json is there: 2 is skipped
     assert [t["subject"] for t in after_restart.tasks()] == ["A", "B", "C"]
@@ -553,7 +603,7 @@ def test_eight_processes_creating_at_once_get_distinct_ids(tasks_dir):
     ]
     assert len(ids) == 400 and set(ids) == set(range(1, 401))
     assert len(list(tasks_dir.glob("task_*.json"))) == 400
-    assert json.loads((tasks_dir / ".board.json").read_text())["last_id"] == 400
+    assert json.loads((tasks_dir / ".board" / "state.json").read_text())["last_id"] == 400
 
 
 def rewire(tasks_dir, rounds):
@@ -757,9 +807,9 @@ def test_a_run_plans_on_disk_and_a_second_process_finds_the_board(
     assert first.returncode == 0, first.stderr
     assert "s07 >> " in first.stdout and '"unblocked": [2]' in first.stdout
     assert "[ ] #2 Build\n" in first.stdout and "Planned; Build is ready." in first.stdout
-    assert sorted(p.name for p in (workdir / ".tasks").iterdir()) == [
-        ".board.json",
-        ".lock",
+    assert sorted(snapshot(workdir / ".tasks")) == [
+        ".board/.lock",
+        ".board/state.json",
         "task_1.json",
         "task_2.json",
     ]

@@ -14,8 +14,11 @@ mode with synchronous=FULL (every commit on disk, as every s07 change is). Then,
   create   a new task with one blocker
 
 The growth exponent from 1k to 10k is log10(t_10k / t_1k): 0 is flat, 1 is linear in N. The
-machine's fsync floor (a task-sized file written, fsynced and renamed, as write_atomic does) is
-measured in the same folder, and the figures that write are also given as multiples of it.
+fsync floor is one task-sized file written, fsynced and renamed, as write_atomic does, in a
+folder of N files like the board's: what any change of one task costs at least. (A folder of
+10,000 files makes that write 2-3x slower than an empty one, so it is measured per size; the
+empty folder's figure is printed too.) It is sampled just before each timed update and create,
+because a disk's speed drifts; the writes are given as multiples of its median at their size.
 Times depend on the machine and its load; the ratios are the result.
 """
 
@@ -70,8 +73,21 @@ def build_files(folder: Path, tasks: list):
     for task in tasks:
         (folder / f"task_{task['id']}.json").write_text(
             json.dumps(task, indent=2, ensure_ascii=False) + "\n")
-    (folder / ".board.json").write_text(json.dumps({"generation": 1, "last_id": len(tasks)}))
+    (folder / ".board").mkdir()
+    state = {"generation": 1, "last_id": len(tasks), "changed": [],
+             "mtime": folder.stat().st_mtime_ns}
+    (folder / ".board" / "state.json").write_text(json.dumps(state))
     return s07.TaskBoard(folder)
+
+
+def build_floor_folder(folder: Path, count: int) -> Path:
+    """A folder of `count` task-sized files, where the floor is measured: a write there costs
+    what a write in the board's folder does, and leaves the board's folder alone."""
+    folder.mkdir()
+    data = json.dumps(plan(1)[0], indent=2).encode()
+    for n in range(1, count + 1):
+        (folder / f"task_{n}.json").write_bytes(data)
+    return folder
 
 
 class SqliteBoard:
@@ -134,20 +150,17 @@ class SqliteBoard:
         return cursor.lastrowid
 
 
-def fsync_floor(folder: Path, repeat: int = 50) -> float:
-    """Median ms to write a task-sized file, fsync it and rename it into place."""
+def probe(folder: Path) -> float:
+    """Ms to write a task-sized file, fsync it and rename it over task_1.json."""
     data = json.dumps(plan(1)[0], indent=2).encode()
-    times = []
-    for n in range(repeat):
-        temp = folder / f".probe_{n}.tmp"
-        start = time.perf_counter()
-        with open(temp, "xb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, folder / "probe.json")
-        times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+    temp = folder / f".probe_{os.urandom(4).hex()}.tmp"
+    start = time.perf_counter()
+    with open(temp, "xb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temp, folder / "task_1.json")
+    return (time.perf_counter() - start) * 1000
 
 
 def median_ms(call, repeat: int) -> float:
@@ -162,7 +175,9 @@ def median_ms(call, repeat: int) -> float:
 def measure(folder: Path, count: int, repeat: int) -> dict:
     tasks = plan(count)
     board = build_files(folder / f"board-{count}", tasks)
+    floor_folder = build_floor_folder(folder / f"floor-{count}", count)
     lite = SqliteBoard(folder / f"board-{count}.sqlite", tasks)
+    os.sync()  # everything on disk first: its write-back would slow the writes timed below
     some = random.Random(count).sample(range(1, count + 1), k=min(count, 50))
     board.ready()  # the reader's first look reads and checks everything once
     assert board.update(1, status="completed")["unblocked"] == list(range(2, 12))
@@ -170,8 +185,10 @@ def measure(folder: Path, count: int, repeat: int) -> dict:
     assert lite.update(1, "completed") == list(range(2, 12))
     lite.update(1, "pending")
     picks = iter(some * repeat)
+    floors = []  # taken just before each timed s07 write: the disk's speed drifts
 
     def complete_and_reopen(target):
+        floors.append(probe(floor_folder))
         start = time.perf_counter()
         target(1, "completed")
         took = (time.perf_counter() - start) * 1000
@@ -185,13 +202,15 @@ def measure(folder: Path, count: int, repeat: int) -> dict:
         "get": median_ms(lambda: board.get(next(picks)), repeat * 4),
         "ready": median_ms(board.ready, repeat * 4),
         "update": statistics.median(complete_and_reopen(s07_update) for _ in range(repeat)),
-        "create": median_ms(lambda: board.create("One more", blocked_by=[count]), repeat),
+        "create": median_ms(lambda: floors.append(probe(floor_folder)) or board.create(
+            "One more", blocked_by=[count]), repeat),
         "sqlite get": median_ms(lambda: lite.get(next(picks)), repeat * 4),
         "sqlite ready": median_ms(lite.ready, repeat * 4),
         "sqlite update": statistics.median(complete_and_reopen(lite.update)
                                            for _ in range(repeat)),
         "sqlite create": median_ms(lambda: lite.create("One more", [count]), repeat),
     }
+    row["floor"] = statistics.median(floors)
     lite.db.close()
     return row
 
@@ -205,8 +224,10 @@ def main() -> int:
           f"{platform.system()}, {os.cpu_count()} cores")
     with tempfile.TemporaryDirectory(prefix="bench-s07-", dir=Path.cwd()) as root:
         folder = Path(root)
-        floor = fsync_floor(folder)
-        print(f"fsync floor (a task file written, fsynced, renamed): {floor:.2f} ms")
+        (folder / "empty").mkdir()
+        empty = statistics.median(probe(folder / "empty") for _ in range(50))
+        print(f"fsync floor in an empty folder (a task file written, fsynced, renamed): "
+              f"{empty:.2f} ms")
         rows = {count: measure(folder, count, args.repeat) for count in args.sizes}
     ops = ("get", "ready", "update", "create")
     print(f"\nmedian ms per operation; s07 / SQLite; writes also in fsync floors")
@@ -219,7 +240,9 @@ def main() -> int:
             cells.append(cell)
         print(f"  {count:>6}  " + "  ".join(f"{c:>24}" for c in cells))
     for count, row in rows.items():
-        print(f"  {count:>6}  update = {row['update'] / floor:.2f} fsync floors, create = "
+        floor = row["floor"]
+        print(f"  {count:>6}  floor {floor:.2f} ms; update = {row['update'] / floor:.2f} fsync "
+              f"floors, create = "
               f"{row['create'] / floor:.2f} (SQLite: {row['sqlite update'] / floor:.2f}, "
               f"{row['sqlite create'] / floor:.2f})")
     if 1000 in rows and 10000 in rows:

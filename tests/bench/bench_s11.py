@@ -2,7 +2,8 @@
 
 Run from the repository root:  python tests/bench/bench_s11.py [--tasks 200] [--task-ms 50]
 
-For 2, 4 and 8 worker processes (--workers; forked, so the SDK is imported once), each running
+For 2, 4 and 8 worker processes (--workers; forked after one warm-up call, so the SDK is imported
+and its reply models are built once), each running
 s11's AutonomousAgent against the local stand-in with a scripted model that finishes each task in
 one call, on a 200-task DAG (8 roots, then tasks waiting for 0-3 of the 30 before them), measures:
 - wall time until the whole DAG is completed, for tasks whose model call takes --task-ms (a
@@ -172,6 +173,9 @@ def main() -> int:
         finish_at_once, cache=CacheLedger(min_tokens=10**12)
     ) as server:  # no cache hashing: measure the harness
         s11 = load_script(server.url)
+        # One call before the workers fork: the SDK builds its reply models on first use (about
+        # 0.25 s of CPU), which each worker would otherwise repeat on the same two cores.
+        s11.call_model([{"role": "user", "content": "warm up"}], echo=False)
         fsync = fsync_cost(s11)
         print(
             f"one fsync'd write (s11's write_atomic of a task file): {1000 * fsync:.2f} ms"
