@@ -553,8 +553,9 @@ class TaskBoard(threading.local):
             text, folder = self.state_file.read_bytes(), self.dir.stat().st_mtime_ns
         except FileNotFoundError:  # nothing written yet
             text, folder = b'{"generation": 0, "last_id": 0, "changed": [], "mtime": 0}', None
-        if not re.fullmatch(rb'\{"generation": [0-9]+, "last_id": [0-9]+, "changed": '
-                            rb'\[([1-9][0-9]*(, [1-9][0-9]*)*)?\], "mtime": [0-9]+\}', text):
+        if not re.fullmatch(rb'\{"generation": [0-9]{1,19}, "last_id": [0-9]{1,18}, '
+                            rb'"changed": \[([1-9][0-9]{0,17}(, [1-9][0-9]{0,17})*)?\], '
+                            rb'"mtime": [0-9]{1,20}\}', text):  # a 5,000-digit paste is named too
             raise CorruptFile(self.state_file, 'expected {"generation": n, "last_id": n, '
                               '"changed": [ids], "mtime": n} with whole numbers, last_id the '
                               f"last id handed out; found {text[:40]!r}")

@@ -406,7 +406,15 @@ def test_rewritten_task_files_keep_their_mode_and_read_only_ones_are_refused(boa
 
 
 @pytest.mark.parametrize(
-    "content", ["7" * 5000, '{"generation": 3}', '{"generation": 3, "last_id": "2"}', "[1, 2]"]
+    "content",
+    [
+        "7" * 5000,
+        '{"generation": 3}',
+        '{"generation": 3, "last_id": "2"}',
+        "[1, 2]",
+        '{"generation": ' + "7" * 5000 + ', "last_id": 2, "changed": [], "mtime": 1}',
+        '{"generation": 3, "last_id": 2, "changed": [0], "mtime": 1}',
+    ],
 )
 def test_a_corrupt_state_json_is_named_not_a_bare_error(board, tasks_dir, content):
     board.create("Plan")
