@@ -36,11 +36,11 @@ from offline import last_user_text, scripted_input, steps_since_prompt, system_t
 WORKERS = ["alice", "bob", "carol"]
 VICTIM = "carol"
 JOBS = 6
-SETTINGS = {"LEASE_SECONDS": "3", "POLL_SECONDS": "0.1", "IDLE_TIMEOUT": "1.5"}  # short, for a demo
+SETTINGS = {"LEASE_SECONDS": "2", "POLL_SECONDS": "0.1", "IDLE_TIMEOUT": "1.0"}  # short, for a demo
 DEADLINE = 600  # seconds for the whole worker phase: a guard against a hang, never a pace
 PROMPTS = [f"Plan {JOBS} independent jobs on the board for the workers."]
 WINDOWS = os.name == "nt"  # bash runs in cmd.exe there
-SLOW = "ping -n 2 127.0.0.1 > nul" if WINDOWS else "sleep 0.7"  # about 1 s in cmd.exe
+SLOW = "ping -n 2 127.0.0.1 > nul" if WINDOWS else "sleep 0.4"  # about 1 s in cmd.exe
 LOG = r"results\log.txt" if WINDOWS else "results/log.txt"
 
 
