@@ -275,8 +275,7 @@ def test_completing_a_task_writes_only_its_own_file_and_reads_back_only_that(
     assert {task_id for (_, task_id) in reads} == {1}  # the task it changed, and nothing else
     assert board.create("One more")["id"] == 12 and len(fsyncs) == 2 and full_reads == []
     reads.clear()
-    assert board.get(12)["blocks"] == [] and [t["id"] for t in board.ready()] == [2, 3, 4, 5, 6,
-                                                                              7, 8, 9, 10, 11, 12]
+    assert board.get(12)["blocks"] == [] and [t["id"] for t in board.ready()] == list(range(2, 13))
     assert full_reads == [] and {task_id for (_, task_id) in reads} == {12}
 
 
@@ -303,6 +302,57 @@ def test_a_reader_reads_again_only_the_files_changed_since_it_last_looked(
     assert [t["id"] for t in other.ready()] == [2, 3] and reads_of(other, reads) == [1, 4]
     assert other.get(4)["subject"] == "Ship it"
     assert [reader for (reader,) in full_reads].count(other) == 1
+
+
+def test_a_reader_catching_up_while_writers_write_ends_with_the_board_as_it_is(
+    tasks_dir, monkeypatch
+):
+    """Three writers change subjects, owners and edges (always to a lower id: never a cycle) while
+    a fourth board reads without the lock. Then, with the reader paused, five more changes; the
+    reader catches up on them from the log alone, and its copy equals a fresh full read - tasks
+    and `blocks` alike."""
+    setup = s07.TaskBoard(tasks_dir)
+    for n in range(1, 21):
+        setup.create(f"Task {n}")
+    reader, caught_up = s07.TaskBoard(tasks_dir), {}
+    stop, paused, resume = threading.Event(), threading.Event(), threading.Event()
+    full_reads = count_calls(monkeypatch, s07.TaskBoard, "ids")
+
+    def write(board, seed, steps):
+        for step in range(steps):
+            task_id = 2 + (seed * 7 + step * 5) % 19  # 2..20
+            edge = {f"{'add' if step % 3 else 'remove'}_blocked_by": [1 + step % (task_id - 1)]}
+            board.update(task_id, subject=f"w{seed} s{step}", owner=f"w{seed}", **edge)
+
+    def read():  # each thread has its own copy: this one is read, and caught up, here
+        while not stop.is_set():
+            reader.get(1 + len(reader.ready()) % 20)
+        reader.current()  # up to date with the writers, then paused
+        paused.set()
+        resume.wait(30)
+        before = len(full_reads)
+        caught_up.update(reader.current(), full_reads=len(full_reads) - before)
+
+    watcher = threading.Thread(target=read)
+    writers = [
+        threading.Thread(target=write, args=(s07.TaskBoard(tasks_dir), seed, 40))
+        for seed in range(3)
+    ]
+    for thread in [watcher, *writers]:
+        thread.start()
+    for thread in writers:
+        thread.join()
+    stop.set()
+    assert paused.wait(30)
+    write(setup, 3, 5)  # the reader is paused: these it can learn only from the log
+    resume.set()
+    watcher.join()
+    fresh = s07.TaskBoard(tasks_dir).current()
+    assert caught_up["full_reads"] == 0 and caught_up["state"] == fresh["state"]
+    assert caught_up["tasks"] == fresh["tasks"]
+    assert {i: b for i, b in caught_up["blocks"].items() if b} == {
+        i: b for i, b in fresh["blocks"].items() if b
+    }
 
 
 def test_a_reader_further_behind_than_the_log_reads_everything(board, tasks_dir, monkeypatch):
