@@ -513,7 +513,7 @@ class TaskBoard(threading.local):
         self.dir = Path(folder)
         self.state_file = self.dir / ".board" / "state.json"
         self.seen = {}  # the board as last read and checked: nothing yet
-        self.swept = False  # stale temp files are swept once per board, at its first change
+        self.swept = False  # stale temp files are swept at this board's first change (per thread)
 
     def path(self, task_id):
         return self.dir / f"task_{task_id}.json"
