@@ -8,10 +8,10 @@ a brand-new TaskBoard from the files on disk: the board survived the session, an
 it knows what is ready next. Ids always come from real results.
 """
 
-import json
 from pathlib import Path
 
-from offline import last_user_text, latest_results, result_text, steps_since_prompt, tool_use
+from offline import (last_user_text, latest_results, result_text, steps_since_prompt, task_ids,
+                     tool_use)
 
 PROMPTS = [
     "Plan the release of a tiny library as tasks: first design the data model; after that the "
@@ -22,23 +22,6 @@ PROMPTS = [
 ]
 
 DESIGN, API, DOCS, SHIP = "Design the data model", "Build the API", "Write the docs", "Ship v1"
-
-
-def board_ids(request: dict) -> dict:
-    """subject -> id, read back from every task_create result in the conversation so far."""
-    ids = {}
-    for message in request["messages"]:
-        if message["role"] != "user" or isinstance(message["content"], str):
-            continue
-        for block in message["content"]:
-            if block.get("type") == "tool_result" and not block.get("is_error"):
-                try:
-                    task = json.loads(result_text(block))
-                except ValueError:
-                    continue  # not a task (e.g. the task_list board)
-                if isinstance(task, dict) and "subject" in task:
-                    ids[task["subject"]] = task["id"]
-    return ids
 
 
 def plan(step: int, ids: dict) -> list:
@@ -96,7 +79,7 @@ def work(step: int, ids: dict, results: list) -> list:
 
 
 def policy(request: dict) -> list:
-    step, ids = steps_since_prompt(request), board_ids(request)
+    step, ids = steps_since_prompt(request), task_ids(request)
     results = latest_results(request)
     prompt = last_user_text(request)
     if prompt.startswith("Plan"):

@@ -13,7 +13,7 @@ reach the lead through its mailbox, with its next request. Finally the lead shut
 import json
 from pathlib import Path
 
-from offline import blocks_of, latest_results, result_text, system_text, tool_use
+from offline import blocks_of, latest_results, result_text, system_text, task_ids, tool_use
 
 NEWS = "New messages in your team mailbox"  # how s09 hands the lead its mail
 PROMPTS = [
@@ -50,21 +50,6 @@ def prompt_and_step(request: dict) -> tuple:
             return words[-1], steps
         steps += message["role"] == "assistant"
     return "", steps
-
-
-def board(request: dict) -> dict:
-    """subject -> id, from every task the conversation's tool results returned."""
-    found = {}
-    for message in request["messages"]:
-        for block in blocks_of(message):
-            if block.get("type") == "tool_result" and not block.get("is_error"):
-                try:
-                    task = json.loads(result_text(block))
-                except ValueError:
-                    continue
-                if isinstance(task, dict) and "subject" in task:
-                    found[task["subject"]] = task["id"]
-    return found
 
 
 def policy(request: dict) -> list:
@@ -111,7 +96,7 @@ REVISED = f"1. {PARSER}\n2. {TESTS}\n3. {RELEASE}"
 
 def lead(request: dict) -> list:
     prompt, step = prompt_and_step(request)
-    ids, results = board(request), [result_text(r) for r in latest_results(request)]
+    ids, results = task_ids(request), [result_text(r) for r in latest_results(request)]
     if prompt.startswith("Plan"):
         script = [
             ["The plan goes on the board first.", tool_use("task_create", {"subject": PARSER})],

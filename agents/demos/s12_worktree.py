@@ -11,12 +11,11 @@ it - the result names what was thrown away. At the end the demo prints
 Ids come from real results.
 """
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
-from offline import last_user_text, steps_since_prompt, tool_use
+from offline import last_user_text, steps_since_prompt, task_ids, tool_use
 
 PROMPTS = [
     "greet.py needs two versions to compare: a formal greeting and a shouting one. "
@@ -56,22 +55,6 @@ def setup(workdir: Path) -> None:
         git(workdir, "config", key, value)
     git(workdir, "add", "greet.py", ".gitignore")
     git(workdir, "commit", "-q", "-m", "greet: say hello")
-
-
-def task_ids(request: dict) -> dict:
-    """subject -> id, from the task_create results in the conversation so far."""
-    ids = {}
-    for message in request["messages"]:
-        for block in message["content"] if isinstance(message["content"], list) else []:
-            if block.get("type") == "tool_result" and not block.get("is_error"):
-                try:
-                    task = json.loads(block["content"] if isinstance(block["content"], str)
-                                      else block["content"][0]["text"])
-                except (ValueError, KeyError, IndexError):
-                    continue
-                if isinstance(task, dict) and "subject" in task:
-                    ids[task["subject"]] = task["id"]
-    return ids
 
 
 def plan(step: int, ids: dict) -> list:

@@ -108,7 +108,7 @@ from .protocol import (Interner, ScriptedModel, blocks_of, estimate_tokens, is_p
                        last_user_text, latest_results, result_text, steps_since_prompt,
                        system_text, validate_request)
 from .proxy import ForwardingProxy
-from .replies import QUIRKS, Policy, Reply, make_message, reply, tool_use
+from .replies import QUIRKS, Policy, Reply, make_message, reply, task_ids, tool_use
 from .server import ERROR_TYPES, MALFORMED, STREAM_FAULTS, STREAM_PIECE, StandIn, sse_events
 
 __all__ = [
@@ -117,7 +117,8 @@ __all__ = [
     "trace_problem", "unrecorded", "AGENT_LABELS", "PAGE_STYLE", "Drawn", "agent_of",
     "render_block", "render_call", "render_message", "usage_figure", "write_trace", "Interner",
     "ScriptedModel", "blocks_of", "estimate_tokens", "is_prompt", "last_user_text",
-    "latest_results", "result_text", "steps_since_prompt", "system_text", "validate_request",
+    "latest_results", "result_text", "steps_since_prompt", "system_text", "task_ids",
+    "validate_request",
     "ForwardingProxy", "Keyboard", "Player", "View", "parse_call", "run_play", "chunked_whole",
     "dechunk", "is_event_stream", "read_sse", "rebuild", "QUIRKS", "Policy", "Reply",
     "make_message", "reply", "tool_use", "ERROR_TYPES", "MALFORMED", "STREAM_FAULTS",

@@ -1,5 +1,6 @@
 """Replies a policy gives (tool_use, reply, Reply), the quirks real endpoints send instead
-(QUIRKS), and make_message, which wraps a turn in the Messages API's response shape."""
+(QUIRKS), make_message, which wraps a turn in the Messages API's response shape, and
+task_ids, the task ids a scripted model reads back from its tool results."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from .protocol import estimate_tokens
+from .protocol import blocks_of, estimate_tokens, result_text
 
 Policy = Callable[[dict], "list | Reply"]
 
@@ -113,3 +114,19 @@ def make_message(body: dict, turn, usage: dict | None = None) -> dict:
     if turn.stop_details:
         message["stop_details"] = turn.stop_details
     return message
+
+
+def task_ids(request: dict) -> dict:
+    """subject -> id, from every task a tool result of the conversation returned (a scripted
+    model learns the ids the board gave, as a real model must, instead of guessing them)."""
+    ids = {}
+    for message in request["messages"]:
+        for block in blocks_of(message):
+            if block.get("type") == "tool_result" and not block.get("is_error"):
+                try:
+                    task = json.loads(result_text(block))
+                except ValueError:
+                    continue  # not a task (e.g. the task_list board)
+                if isinstance(task, dict) and "subject" in task:
+                    ids[task["subject"]] = task["id"]
+    return ids
