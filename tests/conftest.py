@@ -384,6 +384,14 @@ def run_in_process(standin, request, monkeypatch, capsys):
     return run
 
 
+def load_script(name: str, module_name: str):
+    """agents/<name>.py executed as a module of its own, called `module_name`."""
+    spec = importlib.util.spec_from_file_location(module_name, AGENTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture
 def load_step(standin, workdir, monkeypatch):
     """Import agents/<name>.py as a fresh module whose WORKDIR is `workdir`."""
@@ -392,12 +400,7 @@ def load_step(standin, workdir, monkeypatch):
         monkeypatch.chdir(workdir)
         monkeypatch.setenv("ANTHROPIC_BASE_URL", standin.url)
         monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
-        spec = importlib.util.spec_from_file_location(
-            f"{name}_{uuid.uuid4().hex}", AGENTS / f"{name}.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+        return load_script(name, f"{name}_{uuid.uuid4().hex}")
 
     return load
 

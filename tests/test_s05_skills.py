@@ -1,14 +1,10 @@
 """s05: which folders are skills, the front matter reader, the listing in a system prompt that
 never changes, load_skill, /skills, and the offline demo."""
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS
 
 from offline import CACHE_MIN_TOKENS, ScriptedModel, latest_results, result_text, tool_use
 

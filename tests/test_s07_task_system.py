@@ -6,7 +6,6 @@ The tool layer, slash commands and the REPL run against
 the local stand-in; one end-to-end test runs the script as a subprocess, twice.
 """
 
-import importlib.util
 import json
 import os
 import shutil
@@ -15,21 +14,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import AGENTS, PROCESSES, run_processes
+from conftest import PROCESSES, load_script, run_processes
 
 from offline import ScriptedModel, latest_results, tool_use
 
 STEP = "s07_task_system"
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location(f"{STEP}_units", AGENTS / f"{STEP}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-s07 = load_script()
+s07 = load_script(STEP, f"{STEP}_units")
 TaskError = s07.TaskError
 
 

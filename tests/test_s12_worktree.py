@@ -6,25 +6,17 @@ ceiling so that no repository above the test's folder is found. Every refusal is
 the message says what to do, and nothing of the user's is gone (file contents, commits).
 """
 
-import importlib.util
 import os
 import shutil
 import subprocess
 
 import pytest
-from conftest import AGENTS
+from conftest import load_script
 
 STEP = "s12_worktree"
 
 
-def load_script():
-    spec = importlib.util.spec_from_file_location(f"{STEP}_units", AGENTS / f"{STEP}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-s12 = load_script()
+s12 = load_script(STEP, f"{STEP}_units")
 LaneError = s12.LaneError
 
 
