@@ -437,6 +437,22 @@ def test_a_real_session_is_recorded_through_the_proxy(run_step, standin, workdir
 
 # -- The recording proxy -------------------------------------------------------------------------
 @contextlib.contextmanager
+def serving(handler):
+    """`handler` served on a free port of 127.0.0.1, in a thread: the server, with its `.url`."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads = True
+    server.url = f"http://127.0.0.1:{server.server_address[1]}"
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
 def local_server(answer):
     """An HTTP server on 127.0.0.1 that keeps every request it gets (method, path, headers, body)
     and answers each with `answer(request)`: (status, headers, body)."""
@@ -467,17 +483,9 @@ def local_server(answer):
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    server.seen, server.url = seen, f"http://127.0.0.1:{server.server_address[1]}"
-    threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    ).start()
-    try:
+    with serving(Handler) as server:
+        server.seen = seen
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def send_raw(url: str, request_line: str, body: bytes = b"{}") -> bytes:
@@ -748,16 +756,8 @@ def cut_short_server():
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), CutShort)
-    server.daemon_threads = True
-    threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    ).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(CutShort) as server:
+        yield server.url
 
 
 def test_the_proxy_breaks_off_an_answer_of_announced_length_that_the_upstream_cut_short():
@@ -1036,30 +1036,24 @@ def test_the_proxy_records_a_chunked_answer_when_it_ends_not_when_the_upstream_h
         def log_message(self, *args):
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Lingering)
-    server.daemon_threads = True
-    threading.Thread(
-        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-    ).start()
-    try:
-        with ForwardingProxy(f"http://127.0.0.1:{server.server_address[1]}") as proxy:
-            host, port = proxy.url.removeprefix("http://").split(":")
-            conn = http.client.HTTPConnection(host, int(port), timeout=10)
-            conn.request(
-                "POST",
-                "/v1/messages",
-                json.dumps({"model": "m", "messages": []}),
-                {"X-Api-Key": "k", "Content-Type": "application/json"},
-            )
-            assert conn.getresponse().read() == body
-            assert proxy.settle(timeout=5), "the recording waited for the upstream to hang up"
-            assert proxy.calls[0]["reply"]["content"] == STREAMED["content"]
-            release.set()
-            conn.close()
-    finally:
-        release.set()
-        server.shutdown()
-        server.server_close()
+    with serving(Lingering) as server:
+        try:
+            with ForwardingProxy(server.url) as proxy:
+                host, port = proxy.url.removeprefix("http://").split(":")
+                conn = http.client.HTTPConnection(host, int(port), timeout=10)
+                conn.request(
+                    "POST",
+                    "/v1/messages",
+                    json.dumps({"model": "m", "messages": []}),
+                    {"X-Api-Key": "k", "Content-Type": "application/json"},
+                )
+                assert conn.getresponse().read() == body
+                assert proxy.settle(timeout=5), "the recording waited for the upstream to hang up"
+                assert proxy.calls[0]["reply"]["content"] == STREAMED["content"]
+                release.set()
+                conn.close()
+        finally:
+            release.set()  # before the server stops, however the test ends
 
 
 def test_the_proxy_keeps_the_calls_in_the_order_they_were_made(standin, monkeypatch):
