@@ -25,7 +25,8 @@ Key insight: put the plan where the conversation cannot lose it - on disk, as a 
 what is ready.
 
 Read in this order: the rules (open_blockers, unblocked, is_ready, find_cycle), TaskBoard.update
-and check_change, create, then the views and the tools.
+and check_change, create, checked and load (a read that reads only what changed), then the views
+and the tools.
 Run:  python agents/s07_task_system.py  [--demo]  [--trace run.html]
 In the REPL: /tasks [STATUS]
 """
