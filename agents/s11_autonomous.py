@@ -1232,7 +1232,6 @@ LEASE_SECONDS = float(os.getenv("LEASE_SECONDS") or 300)  # a claim lapses this 
 TASK_CEILING = float(os.getenv("TASK_CEILING") or 3600)  # no renewals after this: a stuck task goes
 POLL_SECONDS = float(os.getenv("POLL_SECONDS") or 1)  # an idle worker looks again after this
 IDLE_TIMEOUT = float(os.getenv("IDLE_TIMEOUT") or 60)  # idle this long, a worker stops
-WORKER_CONTEXT_LIMIT = 30_000  # estimated tokens: past this, a worker's history restarts
 WORKER_PROMPT = ("You take tasks from the shared task board and do them with your tools. Work only "
                  "on the task you are given and leave its status to the harness: it completes the "
                  "task when you answer with a one-line summary.")
@@ -1349,7 +1348,7 @@ class AutonomousAgent(Teammate):
         self.history = self.fresh_history()
 
     def fresh_history(self):
-        """Who I am, always first - also after the history restarts - and what I have done."""
+        """Who I am and what I have done: where each task's history starts."""
         identity = (f"<identity>You are {self.name!r} ({self.role}), an autonomous member of the "
                     f"team led by {LEAD!r}; mailbox session {self.mailbox.root.name}; workspace "
                     f"{WORKDIR}. You take ready tasks from the board in .tasks/, one at a time; "
@@ -1408,8 +1407,9 @@ class AutonomousAgent(Teammate):
             claimed += f" - taken over from {task['taken_from']}, whose lease ran out"
             prompt += f"{task['taken_from']} had it until its lease ran out: check what is done. "
         notify(claimed)
-        if len(json.dumps(self.history)) / 4 > WORKER_CONTEXT_LIMIT:  # restart from who I am
-            self.history = self.fresh_history()
+        # A clean context per task: its cost stays flat however many tasks came before, and
+        # nothing from an earlier task distracts; what earlier tasks did is in the digest.
+        self.history = self.fresh_history()
         add_user_text(self.history, prompt + "Do it with your tools, then answer in one line.")
         with heartbeat(self.board, task["id"], self.owner):
             try:

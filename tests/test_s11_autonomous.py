@@ -464,7 +464,7 @@ def test_a_corrupt_task_file_stops_every_worker_cleanly_and_the_lead_hears_why(
     assert broken.read_text() == "{not json"  # left alone for a person to fix
 
 
-def test_identity_comes_first_again_after_the_history_restarts(team, standin):
+def test_every_task_starts_from_who_i_am_and_what_i_have_done(team, standin):
     standin.policy = done_policy
     team.IDLE_TIMEOUT = 0.3
     for n in range(1, 4):
@@ -472,20 +472,18 @@ def test_identity_comes_first_again_after_the_history_restarts(team, standin):
     worker = team.AutonomousAgent(
         {"name": "w1", "role": "autonomous worker", "prompt": "Work."}, team.MAILBOX, team.BOARD
     )
-    team.WORKER_CONTEXT_LIMIT = len(str(worker.history)) / 4 + 40  # one task is enough to pass it
     worker.thread.start()
     worker.thread.join(timeout=10)
-    for request in standin.requests:
-        identity = request["messages"][0]["content"][0]["text"]
-        assert (
-            identity.startswith("<identity>You are 'w1' (autonomous worker)")
-            and "led by 'lead'" in identity
-        )
-        assert team.MAILBOX.root.name in identity
-    third = standin.requests[2]["messages"]
-    assert len(third) == 1, "restarted: one user message - identity, digest, the new task"
-    identity, digest, prompt = [block["text"] for block in third[0]["content"]]
-    assert "task #2 step 2: completed: done #2" in digest and prompt.startswith("Task #3: step 3")
+    assert [t["status"] for t in team.BOARD.tasks()] == ["completed"] * 3
+    assert len(standin.requests) == 3
+    for n, request in enumerate(standin.requests, start=1):
+        assert len(request["messages"]) == 1, "a clean context: one user message per task"
+        identity, digest, prompt = [block["text"] for block in request["messages"][0]["content"]]
+        assert identity.startswith("<identity>You are 'w1' (autonomous worker)")
+        assert "led by 'lead'" in identity and team.MAILBOX.root.name in identity
+        assert prompt.startswith(f"Task #{n}: step {n}")
+        done = [f"task #{k} step {k}: completed: done #{k}" for k in range(1, n)]
+        assert all(line in digest for line in done) and digest.count("task #") == n - 1
     assert standin.rejected == []
 
 

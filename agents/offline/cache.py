@@ -40,8 +40,8 @@ class CacheLedger:
         total = estimate_tokens(body)
         nothing = {"input_tokens": total, "cache_creation_input_tokens": 0,
                    "cache_read_input_tokens": 0}
-        if not isinstance(body.get("cache_control"), dict):
-            return nothing
+        if not isinstance(body.get("cache_control"), dict) or total < self.min_tokens:
+            return nothing  # no cache, or too short to cache: a prefix is never longer than this
         digest, prefixes, chars = hashlib.sha256(str(body["model"]).encode()), [], 0
         for unit, weight in cache_units(body):
             digest.update(unit.encode("utf-8", "replace"))
