@@ -404,10 +404,7 @@ STATUSES = list(MARKERS)
 LOG_SIZE = 64  # the changes state.json names: a reader further behind reads every file
 
 class TaskError(ValueError):
-    """A request the board refuses: `.code` for programs, the message tells the model what to do."""
-    def __init__(self, code, message):
-        super().__init__(f"{code}: {message}")
-        self.code = code
+    """A request the board refuses: a code first (NOT_FOUND: ...), then what the model should do."""
 
 class CorruptFile(Exception):
     """A state file that cannot be trusted: named and left alone, never guessed at or rewritten."""
@@ -449,21 +446,25 @@ def find_cycle(board, starts):
                 path[blocker] = iter(board[blocker]["blockedBy"])
     return None
 
+def with_blocks(task, seen):
+    """A copy of `task` with `blocks` (who waits for it), from a board as checked() keeps it."""
+    return {**task, "blocks": sorted(seen["blocks"].get(task["id"], ()))}
+
 # What comes in, from a caller before any file is touched, or from a file before it is used.
 def parse_id(value):
     """A positive integer; models sometimes send it as text ("3"), which is fine."""
     text = str(value).strip() if type(value) in (int, str) else ""  # not True, not 1.5
     if not re.fullmatch(r"[1-9][0-9]{0,17}", text):  # 1 to 18 digits, no leading zero
-        raise TaskError("INVALID_ARGS", f"a task id must be a positive integer such as 3, "
-                                        f"got {value!r}. {ID_NOTE}")
+        raise TaskError(f"INVALID_ARGS: a task id must be a positive integer such as 3, "
+                        f"got {value!r}. {ID_NOTE}")
     return int(text)
 
 def parse_ids(values, field):
     if values is None:
         return []
     if not isinstance(values, list):
-        raise TaskError("INVALID_ARGS", f"{field} must be a list of ids such as [1, 2], "
-                                        f"got {values!r}")
+        raise TaskError(f"INVALID_ARGS: {field} must be a list of ids such as [1, 2], "
+                        f"got {values!r}")
     return list(dict.fromkeys(map(parse_id, values)))  # each id once, in order
 
 def check_fields(fields):
@@ -471,14 +472,14 @@ def check_fields(fields):
     fields = {name: value for name, value in fields.items() if value is not None}
     for name, value in fields.items():
         if not isinstance(value, str):
-            raise TaskError("INVALID_ARGS", f"{name} must be text, got {value!r}")
+            raise TaskError(f"INVALID_ARGS: {name} must be text, got {value!r}")
     if fields.get("status", "pending") not in STATUSES:
-        raise TaskError("INVALID_STATUS", f"unknown status {fields['status']!r}; use one of: "
-                                          f"{', '.join(STATUSES)}")
+        raise TaskError(f"INVALID_STATUS: unknown status {fields['status']!r}; use one of: "
+                        f"{', '.join(STATUSES)}")
     if "subject" in fields:
         fields["subject"] = fields["subject"].strip()
         if not fields["subject"]:
-            raise TaskError("INVALID_ARGS", "subject must not be empty")
+            raise TaskError("INVALID_ARGS: subject must not be empty")
     return fields
 
 def record_problem(task, task_id):
@@ -583,8 +584,9 @@ class TaskBoard(threading.local):
         else:  # only the board changed the folder since, and its log says which files
             ids = state["changed"][-behind:]
         self.load(seen, ids)
-        self.seen = {**seen, "state": state}
-        return self.seen
+        seen["state"] = state
+        self.seen = seen
+        return seen
 
     def ids(self):
         """Every task file's id, in order (not task_07, not task_x)."""
@@ -599,14 +601,14 @@ class TaskBoard(threading.local):
         moved = []  # tasks whose edges changed: a new cycle must pass through one of them
         for task_id in ids:
             old = tasks.get(task_id, {"blockedBy": []})["blockedBy"]
-            for blocker in old:
-                blocks[blocker].discard(task_id)
-            tasks[task_id] = self.read(task_id)
-            for blocker in tasks[task_id]["blockedBy"]:
-                blocks.setdefault(blocker, set()).add(task_id)
-            if tasks[task_id]["blockedBy"] != old:
+            tasks[task_id] = task = self.read(task_id)
+            if task["blockedBy"] != old:
                 moved.append(task_id)
-        for task_id in sorted({*ids, *(d for i in ids for d in blocks.get(i, ()))}):
+                for blocker in old:
+                    blocks[blocker].discard(task_id)
+                for blocker in task["blockedBy"]:
+                    blocks.setdefault(blocker, set()).add(task_id)
+        for task_id in [*ids, *(d for i in ids for d in blocks.get(i, ()))]:
             for blocker in tasks[task_id]["blockedBy"]:  # its edges, and those waiting for it
                 if blocker not in tasks or tasks[blocker]["status"] == "deleted":
                     raise CorruptFile(self.path(task_id), f"blocked by task {blocker}, "
@@ -621,7 +623,7 @@ class TaskBoard(threading.local):
         try:
             task = json.loads(path.read_bytes())  # bad UTF-8: a ValueError too
         except FileNotFoundError:
-            raise TaskError("NOT_FOUND", f"there is no task {task_id}; see task_list") from None
+            raise TaskError(f"NOT_FOUND: there is no task {task_id}; see task_list") from None
         except (OSError, ValueError) as error:  # ValueError: bad UTF-8 or bad JSON
             raise CorruptFile(path, f"cannot be read as JSON ({error})") from None
         if problem := record_problem(task, task_id):
@@ -637,26 +639,23 @@ class TaskBoard(threading.local):
             with self.locked():
                 return self.checked()
 
-    def with_blocks(self, task, seen):
-        return {**task, "blocks": sorted(seen["blocks"].get(task["id"], ()))}
-
     def tasks(self):
         """Every task, deleted ones too, with `blocks`: who waits for it."""
         self.seen = {}  # a listing reads every file: a hand edit in place shows here at the latest
         seen = self.current()
-        return [self.with_blocks(task, seen) for task in seen["tasks"].values()]
+        return [with_blocks(task, seen) for task in seen["tasks"].values()]
 
     def get(self, task_id):
         """One task in full, with its `blocks`."""
         task = self.read(parse_id(task_id))  # its file now; NOT_FOUND for an id never handed out
-        return self.with_blocks(task, self.current())
+        return with_blocks(task, self.current())
 
     def ready(self):
         """The tasks someone can start now, worked out once per change of the board."""
         seen = self.current()
         if "ready" not in seen:
             tasks = seen["tasks"]
-            seen["ready"] = [self.with_blocks(task, seen) for task in tasks.values()
+            seen["ready"] = [with_blocks(task, seen) for task in tasks.values()
                              if is_ready(task, tasks)]
         return list(seen["ready"])
 
@@ -688,15 +687,15 @@ class TaskBoard(threading.local):
         add = parse_ids(add_blocked_by, "add_blocked_by")
         remove = parse_ids(remove_blocked_by, "remove_blocked_by")
         if not (fields or add or remove):
-            raise TaskError("INVALID_ARGS", "pass at least one change (status, subject, "
-                                            "description, owner, add_blocked_by or "
-                                            "remove_blocked_by)")
+            raise TaskError("INVALID_ARGS: pass at least one change (status, subject, "
+                            "description, owner, add_blocked_by or "
+                            "remove_blocked_by)")
         if set(add) & set(remove):
-            raise TaskError("INVALID_ARGS", "never add and remove the same id in one update")
+            raise TaskError("INVALID_ARGS: never add and remove the same id in one update")
         deleting = status == "deleted"
         if deleting and (add or remove):
-            raise TaskError("INVALID_ARGS", "deleting a task takes no edge changes; delete it on "
-                                            "its own")
+            raise TaskError("INVALID_ARGS: deleting a task takes no edge changes; delete it on "
+                            "its own")
         with self.locked():
             task = self.read(task_id)  # re-read inside the lock: what the caller saw may be stale
             seen = self.checked()  # as it is now: only what changed since is read again
@@ -704,7 +703,7 @@ class TaskBoard(threading.local):
             # a deleted task waits for nothing, and (below) nothing waits for it any more
             after = {**task, **fields, "blockedBy": [] if deleting else edges}
             self.check_change(task, after, add, seen["tasks"])
-            waited = self.with_blocks(task, seen)["blocks"]  # who waits for it
+            waited = with_blocks(task, seen)["blocks"]  # who waits for it
             if deleting:  # the dependents first, so that no file ever names a deleted task
                 for other in (seen["tasks"][i] for i in waited):
                     kept = [b for b in other["blockedBy"] if b != task_id]
@@ -713,35 +712,34 @@ class TaskBoard(threading.local):
                 self.write({**after, "updated_at": utc_now()})
             seen = self.checked()  # the writes read back: one file each
         tasks = seen["tasks"]
-        result = self.with_blocks(tasks[task_id], seen)  # a deleted task: nobody waits for it
+        result = with_blocks(tasks[task_id], seen)  # a deleted task: nobody waits for it
         if after["status"] in ("completed", "deleted") and after["status"] != task["status"]:
             result = {"unblocked": [i for i in waited if unblocked(tasks[i], tasks)], **result}
         return result
 
     def check_change(self, task, after, add, board):
-        """The rules a change must pass, on the files as they are now."""
+        """The rules a change must pass, on the board as it is now, under the lock."""
         if task["status"] == "deleted":
-            raise TaskError("INVALID_STATUS", f"task {task['id']} is deleted and cannot change; "
-                                              "create a new task")
+            raise TaskError(f"INVALID_STATUS: task {task['id']} is deleted and cannot change; "
+                            "create a new task")
         for blocker in add:
             self.check_blocker(blocker)
         # a new cycle must pass through this task (the board had none), so search from it;
         # a task waiting for itself is the shortest cycle
         if add and (cycle := find_cycle({**board, task["id"]: after}, [task["id"]])):
-            raise TaskError("INVALID_DEPENDENCY", f"that would close a dependency cycle "
-                                                  f"{' -> '.join(map(str, cycle))}; drop one edge")
+            raise TaskError(f"INVALID_DEPENDENCY: that would close a dependency cycle "
+                            f"{' -> '.join(map(str, cycle))}; drop one edge")
         if after["status"] in ("in_progress", "completed") and after["status"] != task["status"]:
-            blockers = {b: self.read(b) for b in after["blockedBy"]}  # a move: renaming stays free
-            if waiting := open_blockers(after, blockers):
-                listed = ", ".join(f"{b} ({blockers[b]['status']})" for b in waiting)
-                raise TaskError("INVALID_STATUS", f"task {task['id']} cannot be {after['status']} "
+            if waiting := open_blockers(after, board):  # a move: renaming stays free
+                listed = ", ".join(f"{b} ({board[b]['status']})" for b in waiting)
+                raise TaskError(f"INVALID_STATUS: task {task['id']} cannot be {after['status']} "
                                 f"while blocked by {listed}; finish those first or remove the edge")
 
     def check_blocker(self, blocker):
         """An edge may point only at a task that exists and is not deleted."""
         if not self.path(blocker).exists() or self.read(blocker)["status"] == "deleted":
-            raise TaskError("INVALID_DEPENDENCY", f"there is no task {blocker}, or it is deleted. "
-                                                  f"{ID_NOTE}")
+            raise TaskError(f"INVALID_DEPENDENCY: there is no task {blocker}, or it is deleted. "
+                            f"{ID_NOTE}")
 
 
 # The view: a compact board, for the model and for you.
@@ -1272,7 +1270,7 @@ def claim(board, task_id, owner):
         task = board.read(task_id)  # the check happens here, inside the lock, on the file as it is
         if not claimable(task, tasks):  # say what was found, as every refusal does
             waiting = [f"{b} ({tasks[b]['status']})" for b in open_blockers(task, tasks)]
-            raise TaskError("CONFLICT", f"task {task_id} is not claimable now: it is "
+            raise TaskError(f"CONFLICT: task {task_id} is not claimable now: it is "
                             f"{task['status']}, owned by {task['owner'] or 'nobody'}, blocked by "
                             f"{', '.join(waiting) or 'nothing'}; pick another")
         task = {**task, "status": "in_progress", "owner": owner.partition("@")[0],

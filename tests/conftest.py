@@ -384,6 +384,11 @@ def run_in_process(standin, request, monkeypatch, capsys):
     return run
 
 
+def code_of(refusal: Exception) -> str:
+    """The code a board's refusal starts with: NOT_FOUND for "NOT_FOUND: there is no task 9"."""
+    return str(refusal).partition(":")[0]
+
+
 def load_script(name: str, module_name: str):
     """agents/<name>.py executed as a module of its own, called `module_name`."""
     spec = importlib.util.spec_from_file_location(module_name, AGENTS / f"{name}.py")

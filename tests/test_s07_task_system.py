@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from conftest import PROCESSES, load_script, run_processes
+from conftest import PROCESSES, code_of, load_script, run_processes
 
 from offline import ScriptedModel, latest_results, tool_use
 
@@ -93,7 +93,7 @@ def test_timestamps_are_utc_iso8601(board):
 def test_constructing_and_reading_an_empty_board_creates_nothing(tasks_dir):
     board = s07.TaskBoard(tasks_dir)
     assert board.tasks() == [] and board.ready() == []
-    assert error_of(board.get, 1).code == "NOT_FOUND"
+    assert code_of(error_of(board.get, 1)) == "NOT_FOUND"
     assert not tasks_dir.exists()
 
 
@@ -101,9 +101,9 @@ def test_constructing_and_reading_an_empty_board_creates_nothing(tasks_dir):
 
 
 def test_subject_must_not_be_blank(board):
-    assert error_of(board.create, "   ").code == "INVALID_ARGS"
+    assert code_of(error_of(board.create, "   ")) == "INVALID_ARGS"
     board.create("Plan")
-    assert error_of(board.update, 1, subject=" \n").code == "INVALID_ARGS"
+    assert code_of(error_of(board.update, 1, subject=" \n")) == "INVALID_ARGS"
     assert board.get(1)["subject"] == "Plan"
 
 
@@ -113,24 +113,25 @@ def test_ids_may_arrive_as_int_or_numeric_string(board):
     assert board.get("2")["blockedBy"] == [1]
     assert board.update(" 2 ", subject="Build it")["subject"] == "Build it"
     for bad in ("two", "-1", "0", 1.5, True, None, "1e3"):
-        assert error_of(board.get, bad).code == "INVALID_ARGS"
+        assert code_of(error_of(board.get, bad)) == "INVALID_ARGS"
 
 
 def test_unknown_ids_are_rejected(board):
     board.create("Plan")
-    assert error_of(board.update, 9, status="completed").code == "NOT_FOUND"
-    assert error_of(board.get, 9).code == "NOT_FOUND"
-    assert error_of(board.create, "Build", blocked_by=[9]).code == "INVALID_DEPENDENCY"
-    assert error_of(board.update, 1, add_blocked_by=[9]).code == "INVALID_DEPENDENCY"
+    assert code_of(error_of(board.update, 9, status="completed")) == "NOT_FOUND"
+    assert code_of(error_of(board.get, 9)) == "NOT_FOUND"
+    assert code_of(error_of(board.create, "Build", blocked_by=[9])) == "INVALID_DEPENDENCY"
+    assert code_of(error_of(board.update, 1, add_blocked_by=[9])) == "INVALID_DEPENDENCY"
     assert board.tasks()[0]["blockedBy"] == [] and len(board.tasks()) == 1
 
 
 def test_an_update_without_a_change_is_refused_and_says_what_it_takes(board):
     board.create("Plan")
     error = error_of(board.update, 1)
-    assert error.code == "INVALID_ARGS" and "pass at least one change" in str(error)
+    assert code_of(error) == "INVALID_ARGS" and "pass at least one change" in str(error)
     assert "add_blocked_by" in str(error)
-    assert error_of(board.update, 1, add_blocked_by=[], remove_blocked_by=[]).code == "INVALID_ARGS"
+    no_change = error_of(board.update, 1, add_blocked_by=[], remove_blocked_by=[])
+    assert code_of(no_change) == "INVALID_ARGS"
 
 
 def test_a_list_of_ids_that_is_no_list_names_its_argument(board):
@@ -138,23 +139,23 @@ def test_a_list_of_ids_that_is_no_list_names_its_argument(board):
     assert "blocked_by must be a list" in str(error_of(board.create, "Build", blocked_by=1))
     for field in ("add_blocked_by", "remove_blocked_by"):
         error = error_of(board.update, 1, **{field: "1"})
-        assert error.code == "INVALID_ARGS" and f"{field} must be a list of ids" in str(error)
+        assert code_of(error) == "INVALID_ARGS" and f"{field} must be a list of ids" in str(error)
         assert "got '1'" in str(error)
 
 
 def test_self_edges_are_rejected(board):
     board.create("Plan")
-    assert error_of(board.update, 1, add_blocked_by=[1]).code == "INVALID_DEPENDENCY"
-    assert error_of(board.update, 1, add_blocked_by=["1"]).code == "INVALID_DEPENDENCY"
+    assert code_of(error_of(board.update, 1, add_blocked_by=[1])) == "INVALID_DEPENDENCY"
+    assert code_of(error_of(board.update, 1, add_blocked_by=["1"])) == "INVALID_DEPENDENCY"
 
 
 def test_edges_to_deleted_tasks_are_rejected(board):
     board.create("Plan")
     board.create("Build")
     board.update(1, status="deleted")
-    assert error_of(board.update, 2, add_blocked_by=[1]).code == "INVALID_DEPENDENCY"
-    assert error_of(board.create, "Ship", blocked_by=[1]).code == "INVALID_DEPENDENCY"
-    assert error_of(board.update, 1, subject="Revive").code == "INVALID_STATUS"
+    assert code_of(error_of(board.update, 2, add_blocked_by=[1])) == "INVALID_DEPENDENCY"
+    assert code_of(error_of(board.create, "Ship", blocked_by=[1])) == "INVALID_DEPENDENCY"
+    assert code_of(error_of(board.update, 1, subject="Revive")) == "INVALID_STATUS"
 
 
 def test_cycle_error_names_the_whole_cycle(board):
@@ -162,7 +163,7 @@ def test_cycle_error_names_the_whole_cycle(board):
         board.create(subject)
     board.update(5, add_blocked_by=[3])
     error = error_of(board.update, 3, add_blocked_by=[5])
-    assert error.code == "INVALID_DEPENDENCY" and "3 -> 5 -> 3" in str(error)
+    assert code_of(error) == "INVALID_DEPENDENCY" and "3 -> 5 -> 3" in str(error)
     board.update(2, add_blocked_by=[1])
     board.update(4, add_blocked_by=[2])
     error = error_of(board.update, 1, add_blocked_by=[4])  # closes 1 -> 2 -> 4 -> 1
@@ -175,7 +176,7 @@ def test_blocked_task_cannot_start_or_complete(board):
     board.update(2, status="in_progress")
     for status in ("in_progress", "completed"):
         error = error_of(board.update, 4, status=status)
-        assert error.code == "INVALID_STATUS"
+        assert code_of(error) == "INVALID_STATUS"
         assert "2 (in_progress)" in str(error) and "3 (pending)" in str(error)
     assert board.get(4)["status"] == "pending"
 
@@ -188,7 +189,7 @@ def test_a_started_task_stays_editable_when_a_blocker_reopens(board):
     board.update(1, status="pending")  # the design is reopened under a running build
     assert board.update(2, subject="Build the API", owner="ann")["subject"] == "Build the API"
     assert (
-        error_of(board.update, 2, status="completed").code == "INVALID_STATUS"
+        code_of(error_of(board.update, 2, status="completed")) == "INVALID_STATUS"
     )  # finishing is a move
     assert board.update(2, status="pending")["status"] == "pending"
 
@@ -199,7 +200,7 @@ def test_failed_blocker_keeps_dependents_blocked_until_reopened(board):
     failed = board.update(1, status="failed")
     assert "unblocked" not in failed
     assert [t["id"] for t in board.ready()] == []
-    assert error_of(board.update, 2, status="in_progress").code == "INVALID_STATUS"
+    assert code_of(error_of(board.update, 2, status="in_progress")) == "INVALID_STATUS"
     board.update(1, status="pending")
     assert board.update(1, status="completed")["unblocked"] == [2]
     assert [t["id"] for t in board.ready()] == [2]
@@ -228,15 +229,18 @@ def test_rejected_update_leaves_every_file_byte_identical(board, tasks_dir):
     error = error_of(
         board.update, 2, subject="New name", owner="bob", remove_blocked_by=[1], add_blocked_by=[4]
     )
-    assert error.code == "INVALID_DEPENDENCY"
+    assert code_of(error) == "INVALID_DEPENDENCY"
     assert (
-        error_of(
-            board.update, 3, status="completed", add_blocked_by=[2], remove_blocked_by=[2]
-        ).code
+        code_of(
+            error_of(board.update, 3, status="completed", add_blocked_by=[2], remove_blocked_by=[2])
+        )
         == "INVALID_ARGS"
     )
-    assert error_of(board.update, 3, status="deleted", remove_blocked_by=[1]).code == "INVALID_ARGS"
-    assert error_of(board.update, 4, description="x", status="completed").code == "INVALID_STATUS"
+    deleting = error_of(board.update, 3, status="deleted", remove_blocked_by=[1])
+    assert code_of(deleting) == "INVALID_ARGS"
+    assert code_of(error_of(board.update, 4, description="x", status="completed")) == (
+        "INVALID_STATUS"
+    )
     assert snapshot(tasks_dir) == before
 
 
@@ -569,7 +573,7 @@ def test_reopening_a_task_reblocks_its_dependents(board):
     assert [t["id"] for t in board.ready()] == [2]
     board.update(1, status="pending")
     assert board.ready()[0]["id"] == 1 and len(board.ready()) == 1
-    assert error_of(board.update, 2, status="in_progress").code == "INVALID_STATUS"
+    assert code_of(error_of(board.update, 2, status="in_progress")) == "INVALID_STATUS"
 
 
 def test_unblocked_lists_only_tasks_whose_last_blocker_finished(board):
@@ -600,7 +604,7 @@ def test_an_owned_pending_task_is_not_ready_but_is_reported_unblocked(board):
 def test_unknown_status_is_rejected(board):
     board.create("Plan")
     error = error_of(board.update, 1, status="done")
-    assert error.code == "INVALID_STATUS" and "completed" in str(error)
+    assert code_of(error) == "INVALID_STATUS" and "completed" in str(error)
 
 
 # --- corrupt files -------------------------------------------------------------------------
