@@ -595,8 +595,10 @@ class TaskBoard(threading.local):
                     blocks[blocker].discard(task_id)
                 for blocker in task["blockedBy"]:
                     blocks.setdefault(blocker, set()).add(task_id)
-        for task_id in [*ids, *(d for i in ids for d in blocks.get(i, ()))]:
-            for blocker in tasks[task_id]["blockedBy"]:  # its edges, and those waiting for it
+        # The tasks read and those waiting for them, each once: a set, so that a task waiting
+        # for many is not checked again for each of them.
+        for task_id in {*ids, *(d for i in ids for d in blocks.get(i, ()))}:
+            for blocker in tasks[task_id]["blockedBy"]:
                 if blocker not in tasks or tasks[blocker]["status"] == "deleted":
                     raise CorruptFile(self.path(task_id), f"blocked by task {blocker}, "
                                                           "deleted or gone")
