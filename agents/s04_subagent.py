@@ -434,11 +434,15 @@ def counted(reply, *ledgers: Counter):
     return reply
 
 def cost_line(spent: Counter) -> str:
-    tools = f"{spent['tool calls']} tool calls, " if "tool calls" in spent else ""
-    return (f"{spent['calls']} model calls, {tools}input {spent['input_tokens']:,} tokens "
+    tools = f"{counted_as(spent['tool calls'], 'tool call')}, " if "tool calls" in spent else ""
+    return (f"{counted_as(spent['calls'], 'model call')}, {tools}"
+            f"input {spent['input_tokens']:,} tokens "
             f"(+ {spent['cache_read_input_tokens']:,} read from the cache, "
             f"{spent['cache_creation_input_tokens']:,} written to it), "
             f"output {spent['output_tokens']:,}")
+
+def counted_as(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")  # 1 model call, 2 model calls
 
 def show_cost(arg: str, history: list) -> None:
     """/cost: the tokens this session spent, by the parent and by its subagents"""

@@ -153,7 +153,7 @@ def test_a_long_report_is_cut_and_says_so(agent, standin):
     [
         (reply(["half a rep"], "max_tokens"), "half a rep\n[cut off at max_tokens (8000)"),
         (reply([], "refusal"), "(the subagent wrote no report)\n[the model declined"),
-        (reply([]), "(the subagent wrote no report)\n[1 model calls, "),
+        (reply([]), "(the subagent wrote no report)\n[1 model call, "),
     ],
 )
 def test_a_child_that_ends_early_says_why(agent, standin, last, said):
@@ -187,7 +187,7 @@ def test_a_failing_child_is_one_error_result_and_the_repl_goes_on(
     parent = split(standin)[0]
     result = latest_results(parent[1])[0]
     assert result["is_error"] and result["content"].startswith(
-        "Error: the subagent stopped, its work lost, after 1 model calls, 1 tool calls, input "
+        "Error: the subagent stopped, its work lost, after 1 model call, 1 tool call, input "
     )
     assert said in result["content"]
     assert "next answer" in capsys.readouterr().out and len(parent) == 3

@@ -603,7 +603,7 @@ def test_a_recorded_reply_with_null_usage_and_a_lone_surrogate_still_gives_a_pag
     standin.policy = ScriptedModel([Reply(["half \ud800 a pair"], wire="null_usage")])
     done = run_step("s01_agent_loop", "say it\n", args=["--trace=odd.html"])  # the = form too
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
-    assert "[trace] 1 model calls written to odd.html" in done.stdout
+    assert "[trace] 1 model call written to odd.html" in done.stdout
     text = (workdir / "odd.html").read_text(encoding="utf-8")
     assert "half \\ud800 a pair" in text and "not reported" in text
 

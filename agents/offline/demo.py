@@ -160,7 +160,8 @@ def run_traced(script_path: str, trace: str | None, argv: list[str]) -> int:
             written = save_trace(page, proxy.calls, Path.cwd(), title=f"{script.stem} (recorded)",
                                  **session_folders(namespace))
             if written:
-                print(f"[trace] {len(proxy.calls)} model calls written to {trace} and "
+                calls = f"{len(proxy.calls)} model call" + "s" * (len(proxy.calls) != 1)
+                print(f"[trace] {calls} written to {trace} and "
                       f"{record_path(page).name}"
                       + (f"; not recorded: {unrecorded(proxy.notes)}" if proxy.notes else ""))
     return 0 if written else 1
