@@ -384,7 +384,8 @@ def drain(pipe, output):
 # which every change bumps, the last id handed out, and a log of which tasks the last changes
 # wrote. Only `blockedBy` is stored; `blocks` is derived. Readers never lock: every file is
 # replaced whole, and a reader re-reads only what changed since it last looked. A change takes
-# the lock, re-reads what it decides on, checks every rule, then writes.
+# the lock, brings its copy up to date and re-reads the task it changes, checks every rule,
+# then writes.
 import contextlib
 from collections import Counter
 from datetime import datetime, timezone
