@@ -17,7 +17,8 @@ Two layers, so the cached prefix of every request stays the same:
     (name + description only: a few lines)                 ...the whole body...</skill>
 
 A skill that cannot be used (no front matter, a bad name, a name that differs from its folder,
-a missing or too long description, not UTF-8, a duplicate) is named once, with the reason.
+a missing or too long description, a value the reader cannot read, not UTF-8, a duplicate) is
+named once, with the reason.
 
 Key insight: what the model may need goes in the prompt as one line; what it does need comes
 as a tool result at the end of the history, where it costs the cache nothing.

@@ -23,7 +23,7 @@ goes next anyway - inside the last tool_result, or beside the user's words - onc
 as a second user message or an invented assistant turn.
 
 Read in this order: run_background and watch; deliver_results (where a result goes, and why);
-then stop_job, read_line and the marked lines of agent_loop and repl.
+then stop_job, read_line, tell and the marked lines of agent_loop and repl.
 Run:  python agents/s08_background.py  [--demo: offline even with a key]  [--trace run.html]
 """
 
