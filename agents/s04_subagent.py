@@ -393,8 +393,11 @@ def run_subagent(description: str, prompt: str) -> str:
         for _ in range(SUBAGENT_TURNS):
             reply = call_model(messages, SUBAGENT_SYSTEM, tools)
             calls = add_reply(messages, counted(reply, spent, COST_SUBAGENTS))
-            if not calls:  # done; a reply that ended early says why (STOP_NOTES)
-                return report(messages, spent, STOP_NOTES.get(reply.stop_reason))
+            if not calls:  # done; a reply that ended early, or came empty, says why
+                note = STOP_NOTES.get(reply.stop_reason)
+                if not note and messages[-1]["role"] != "assistant":  # nothing was stored
+                    note = "its last reply was empty; above is the last text it wrote"
+                return report(messages, spent, note)
             spent["tool calls"] += len(calls)
             run_calls(messages, calls)
         return report(messages, spent, f"stopped at the limit of {SUBAGENT_TURNS} model calls; "

@@ -153,12 +153,22 @@ def test_a_long_report_is_cut_and_says_so(agent, standin):
     [
         (reply(["half a rep"], "max_tokens"), "half a rep\n[cut off at max_tokens (8000)"),
         (reply([], "refusal"), "(the subagent wrote no report)\n[the model declined"),
-        (reply([]), "(the subagent wrote no report)\n[1 model call, "),
+        (reply([]), "(the subagent wrote no report)\n[its last reply was empty; above is "),
     ],
 )
 def test_a_child_that_ends_early_says_why(agent, standin, last, said):
     history = delegate(agent, standin, [last])
     assert the_result(history)["content"].startswith(said) and valid(agent, history)
+
+
+def test_an_empty_last_reply_is_not_taken_for_the_report(agent, standin):
+    child = [["Let me look first.", tool_use("bash", {"command": "echo x"})], reply([])]
+    history = delegate(agent, standin, child)
+    assert the_result(history)["content"].startswith(
+        "Let me look first.\n[its last reply was empty; above is the last text it wrote]\n"
+        "[2 model calls, 1 tool call, "
+    )
+    assert valid(agent, history)
 
 
 def failing_after(standin, fault, blocks):
