@@ -482,6 +482,8 @@ def record_problem(task, task_id):
     for field in ("subject", "description", "owner", "created_at", "updated_at"):
         if type(task.get(field)) is not str:
             return f"{field} must be a string"
+    if type(task.get("lane", "")) is not str:  # s12: a lane's name, when a task has one
+        return "lane must be a string"
     return None
 
 def write_json(path, data):
@@ -890,6 +892,10 @@ def lanes_in_git():
             lanes[path.name] = fields
     return lanes
 
+def lane_of(task):
+    """The lane a task works in; "" for none. A deleted task keeps its field but works nowhere."""
+    return task.get("lane", "") if task["status"] != "deleted" else ""
+
 def lane_facts(name):
     """What git and the board say about one lane, and the work that closing it could lose."""
     worktree = lanes_in_git().get(name)
@@ -900,7 +906,7 @@ def lane_facts(name):
     if branch:
         tips.append(f"refs/heads/wt/{name}")
     return {"worktree": worktree, "live": live, "branch": branch, "tips": tips,
-            "tasks": [task["id"] for task in BOARD.tasks() if task.get("lane") == name],
+            "tasks": [task["id"] for task in BOARD.tasks() if lane_of(task) == name],
             "changes": git("status", "--porcelain", cwd=folder).splitlines() if live else []}
 
 def commits_only_here(name, facts, keep_branch):
@@ -966,7 +972,7 @@ def describe_lane(name):
 def lane_list():
     """Every lane git knows, every kept wt/ branch, and every lane the board still names."""
     require_repo()
-    names = set(lanes_in_git()) | {task["lane"] for task in BOARD.tasks() if task.get("lane")}
+    names = set(lanes_in_git()) | {lane_of(task) for task in BOARD.tasks()} - {""}
     names |= set(git("for-each-ref", "--format=%(refname:lstrip=3)", "refs/heads/wt/").split())
     return "\n".join(map(describe_lane, sorted(names))) or "no lanes; lane_create makes one"
 

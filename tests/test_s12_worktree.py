@@ -6,6 +6,7 @@ ceiling so that no repository above the test's folder is found. Every refusal is
 the message says what to do, and nothing of the user's is gone (file contents, commits).
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -268,6 +269,26 @@ def test_a_binding_left_after_git_was_cleaned_is_listed_and_closed(repo):
     assert "branch wt/ghost was already gone" in s12.lane_close("ghost", "keep")
     assert s12.BOARD.get(first)["lane"] == "" and s12.lane_list().startswith("no lanes")
     assert "there is no lane ghost" in refused(s12.lane_close, "ghost", "keep")
+
+
+def test_a_lane_whose_task_was_deleted_still_closes_and_says_what_it_threw_away(repo):
+    doomed = task()
+    s12.lane_create("orphan", doomed)
+    commit_in_lane(repo, "orphan", "x\n", "orphan work")
+    s12.BOARD.update(doomed, status="deleted")  # the task goes, its lane field stays
+    assert s12.lane_list().startswith("orphan: task none; folder .worktrees/orphan;")
+    closed = s12.lane_close("orphan", "discard", force=True)
+    assert "thrown away (force): commit " in closed and "orphan work" in closed
+    assert s12.lane_list().startswith("no lanes") and not registered(repo, "orphan")
+    assert s12.BOARD.get(doomed)["lane"] == "orphan"  # a deleted task is never changed
+
+
+def test_a_lane_field_that_is_not_text_is_reported_with_its_file(repo):
+    first = task()
+    path = s12.BOARD.path(first)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "lane": 7}))
+    with pytest.raises(s12.CorruptFile, match="task_1.json: lane must be a string"):
+        s12.lane_list()
 
 
 # --- the tool layer --------------------------------------------------------------------------
