@@ -14,10 +14,12 @@ No test talks to the internet: every ANTHROPIC_* variable is removed, and the SD
 config folder points into a temp folder.
 """
 
+import contextlib
 import functools
 import importlib
 import importlib.util
 import json
+import logging
 import multiprocessing
 import os
 import signal
@@ -26,6 +28,7 @@ import sys
 import threading
 import time
 import uuid
+import warnings
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -352,6 +355,25 @@ def piped_input(text: str):
     return read
 
 
+@contextlib.contextmanager
+def as_a_process_writes_stderr(monkeypatch):
+    """Print on stderr (capsys's, while a test captures) what the script's own process would,
+    and pytest otherwise takes for its report: warnings, log records from WARNING up (Python's
+    last resort handler), and the traceback of an exception that ends a thread."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    logging.getLogger().addHandler(handler)
+    monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            yield
+    finally:
+        logging.getLogger().removeHandler(handler)
+        for w in caught:
+            sys.stderr.write(warnings.formatwarning(w.message, w.category, w.filename, w.lineno))
+
+
 @pytest.fixture
 def run_in_process(standin, request, monkeypatch, capsys):
     """`run_step`'s twin for runs where a process adds nothing: `python agents/<name>.py ARGS`
@@ -370,11 +392,12 @@ def run_in_process(standin, request, monkeypatch, capsys):
         monkeypatch.setattr(sys, "argv", [str(script), *args])
         monkeypatch.setattr("builtins.input", piped_input(stdin))
         capsys.readouterr()  # what came before is not this run's
-        code = 0
-        try:
-            module.main()
-        except SystemExit as stopped:
-            code = stopped.code
+        with as_a_process_writes_stderr(monkeypatch):
+            code = 0
+            try:
+                module.main()
+            except SystemExit as stopped:
+                code = stopped.code
         printed = capsys.readouterr()
         err = printed.err
         if isinstance(code, str):  # as the interpreter does with SystemExit("message")

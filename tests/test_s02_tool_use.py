@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import AGENTS, import_fresh, replay_a_quirk, wait_until
+from conftest import AGENTS, as_a_process_writes_stderr, import_fresh, replay_a_quirk, wait_until
 from offline import QUIRKS, ScriptedModel, latest_results, reply, tool_use
 
 STEP = "s02_tool_use"
@@ -139,10 +139,11 @@ def run_main(module, monkeypatch, type_lines, *lines: str, argv=()):
     """The script's main() as `python script.py ARGV` with `lines` typed; the exit code."""
     monkeypatch.setattr(sys, "argv", [module.__file__, *argv])
     type_lines(*lines)
-    try:
-        module.main()
-    except SystemExit as stopped:
-        return stopped.code
+    with as_a_process_writes_stderr(monkeypatch):
+        try:
+            module.main()
+        except SystemExit as stopped:
+            return stopped.code
     return 0
 
 
