@@ -407,6 +407,11 @@ def run_in_process(standin, request, monkeypatch, capsys):
     return run
 
 
+def user(text: str) -> dict:
+    """A user message of one text block, as add_user_text stores it."""
+    return {"role": "user", "content": [{"type": "text", "text": text}]}
+
+
 def code_of(refusal: Exception) -> str:
     """The code a board's refusal starts with: NOT_FOUND for "NOT_FOUND: there is no task 9"."""
     return str(refusal).partition(":")[0]

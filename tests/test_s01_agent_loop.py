@@ -6,14 +6,10 @@ import shutil
 
 import pytest
 
-from conftest import AGENTS, REPO, replay_a_quirk
+from conftest import AGENTS, REPO, replay_a_quirk, user
 from offline import QUIRKS, ScriptedModel, latest_results, tool_use
 
 STEP = "s01_agent_loop"
-
-
-def user(text: str) -> dict:
-    return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
 def results_in(message: dict) -> list:

@@ -10,7 +10,14 @@ import time
 
 import pytest
 
-from conftest import AGENTS, as_a_process_writes_stderr, import_fresh, replay_a_quirk, wait_until
+from conftest import (
+    AGENTS,
+    as_a_process_writes_stderr,
+    import_fresh,
+    replay_a_quirk,
+    user,
+    wait_until,
+)
 from offline import QUIRKS, ScriptedModel, latest_results, reply, tool_use
 
 STEP = "s02_tool_use"
@@ -19,10 +26,6 @@ STEP = "s02_tool_use"
 def results_sent(standin, request_index: int) -> list:
     """The tool_result blocks that the loop sent in a given request."""
     return latest_results(standin.requests[request_index])
-
-
-def user(text: str) -> dict:
-    return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
 def texts(message: dict) -> list:

@@ -15,7 +15,7 @@ from collections import deque
 
 import pytest
 
-from conftest import AGENTS, step_env, wait_until
+from conftest import AGENTS, step_env, user, wait_until
 from offline import (QUIRKS, latest_results, reply, run_play, scripted_input, tool_use,
                      validate_request)
 
@@ -47,10 +47,6 @@ def is_child(request: dict) -> bool:
 def split(standin) -> tuple:
     parent = [r for r in standin.requests if not is_child(r)]
     return parent, [r for r in standin.requests if is_child(r)]
-
-
-def user(text: str) -> dict:
-    return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
 def valid(agent, history: list) -> bool:
