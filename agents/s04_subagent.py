@@ -390,7 +390,7 @@ def run_subagent(description: str, prompt: str) -> str:
     spent = Counter()
     RUNNING.append(description)
     try:
-        for _ in range(SUBAGENT_TURNS):
+        for turn in range(1, SUBAGENT_TURNS + 1):
             reply = call_model(messages, SUBAGENT_SYSTEM, tools)
             calls = add_reply(messages, counted(reply, spent, COST_SUBAGENTS))
             if not calls:  # done; a reply that ended early, or came empty, says why
@@ -398,6 +398,8 @@ def run_subagent(description: str, prompt: str) -> str:
                 if not note and messages[-1]["role"] != "assistant":  # nothing was stored
                     note = "its last reply was empty; above is the last text it wrote"
                 return report(messages, spent, note)
+            if turn == SUBAGENT_TURNS:  # no model would read what these calls return: not run
+                break
             spent["tool calls"] += len(calls)
             run_calls(messages, calls)
         return report(messages, spent, f"stopped at the limit of {SUBAGENT_TURNS} model calls; "

@@ -127,13 +127,16 @@ def test_a_child_that_calls_subagent_anyway_gets_a_refusal(agent, standin):
 
 
 # -- Limits: each one clear result, and a valid history ------------------------------------------
-def test_the_turn_limit_stops_the_child_with_the_text_it_had(agent, standin):
+def test_the_turn_limit_stops_the_child_with_the_text_it_had(agent, standin, workdir):
     agent.SUBAGENT_TURNS = 3
-    child = [[f"looking, step {n}", tool_use("bash", {"command": "echo x"})] for n in (1, 2, 3)]
+    child = [[f"looking, step {n}", tool_use("write_file", {"path": f"{n}.txt", "content": "x"})]
+             for n in (1, 2, 3)]
     history = delegate(agent, standin, child + [["never asked"]])
     result = the_result(history)
     assert len(split(standin)[1]) == 3 and not result.get("is_error")
     assert result["content"].startswith("looking, step 3\n[stopped at the limit of 3 model calls")
+    assert "2 tool calls" in result["content"], "the last call's result would reach no model"
+    assert [(workdir / f"{n}.txt").exists() for n in (1, 2, 3)] == [True, True, False]
     assert "step 2" not in result["content"] and valid(agent, history)
 
 
